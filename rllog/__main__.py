@@ -1,0 +1,3 @@
+from rllog.cli import main
+
+main(prog_name="rllog")
