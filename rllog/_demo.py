@@ -57,6 +57,7 @@ class DemoConfig:
     eval_every: int = 10
     num_groups_to_log: int = 4
     seed: int = 0
+    iteration_delay: float = 0.0  # seconds of sleep per iteration, to watch a run live
 
 
 def _answer_tokens(total: int) -> list[int]:
@@ -251,6 +252,8 @@ def run_demo(cfg: DemoConfig, *, resume: bool = False, quiet: bool = False, **st
                 t2 = time.monotonic()
                 metrics.update(_evaluate(policy))
                 metrics["time/run_evals"] = time.monotonic() - t2
+            if cfg.iteration_delay:
+                time.sleep(cfg.iteration_delay)
             metrics["time/total"] = time.monotonic() - t0
             logger.log_metrics(i, metrics)
             last = metrics
