@@ -72,19 +72,32 @@ def environment() -> jinja2.Environment:
 def encode_trace(doc: _TraceDoc, strict_json: bool, nonfinite: bool) -> bytes:
     """The logtree JSON bytes of ``doc``.
 
-    msgspec encodes the common case in one pass. Lone surrogates (msgspec refuses them)
-    and non-finite floats (msgspec writes ``null``) go through
-    :func:`rllog.encoding.encode_json`, which writes ``\\uXXXX`` escapes and ``NaN``
-    tokens (``null`` with ``strict_json``).
+    msgspec encodes the common case in one pass. Two cases take Python's ``json``
+    (C encoder, ``ensure_ascii``): lone surrogates, in values or keys, which msgspec
+    refuses (written as ``\\uXXXX`` escapes, read back to the same string), and
+    non-finite floats, which msgspec writes as ``null`` (written as ``NaN``/``Infinity``
+    tokens, or ``null`` with ``strict_json``).
     """
     if not nonfinite or strict_json:
         try:
             return _ENCODER.encode(doc)
         except UnicodeEncodeError:
             pass
-    from rllog.encoding import encode_json
+    plain = msgspec.to_builtins(doc)
+    if strict_json and nonfinite:
+        plain = _nulls(plain)
+    return json.dumps(plain, ensure_ascii=True, separators=(",", ":"), allow_nan=True).encode("ascii")
 
-    return encode_json(msgspec.to_builtins(doc), where="logtree", strict_json=strict_json)
+
+def _nulls(value: Any) -> Any:
+    t = type(value)
+    if t is float:
+        return value if math.isfinite(value) else None
+    if t is dict:
+        return {k: _nulls(v) for k, v in value.items()}
+    if t is list:
+        return [_nulls(v) for v in value]
+    return value
 
 
 # HTML

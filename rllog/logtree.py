@@ -103,6 +103,7 @@ __all__ = [
     "table",
     "html",
     "trajectory_stats",
+    "add_trajectories",
     "current",
     "is_active",
     "open_trace",
@@ -643,6 +644,15 @@ def html(markup: str) -> None:
 def trajectory_stats(traj_idx: int, **kwargs: Any) -> None:
     """Record one trajectory's stats; see :meth:`Section.trajectory_stats`."""
     _current_section().trajectory_stats(traj_idx, **kwargs)
+
+
+def add_trajectories(records: Iterable[Mapping[str, Any]]) -> None:
+    """Feed rollout-summary records to the current trace's "Trajectory Details" (no-op
+    without a trace); see :meth:`Trace.add_trajectories`. ``RunLogger.log_rollouts``
+    calls this so a loop that logs rollout summaries gets the section filled."""
+    trace = _current_section().trace
+    if trace is not None:
+        trace.add_trajectories(records)
 
 
 # lifecycle
