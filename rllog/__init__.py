@@ -9,6 +9,7 @@ See README.md for the files a run writes and DESIGN.md for their formats.
 
 from __future__ import annotations
 
+from rllog import logtree
 from rllog.checkpoints import ResumeState
 from rllog.config import load_config
 from rllog.errors import ConfigError, RllogError, RunFormatError, StorageError, StoragePermanentError
@@ -19,6 +20,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "RunLogger",
+    "logtree",
     "ResumeState",
     "load_config",
     "Storage",
