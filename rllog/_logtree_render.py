@@ -145,7 +145,7 @@ def _flatten(children: list[Any], out: list[tuple[Any, ...]], notes: dict[int, s
     append = out.append
     for node in children:
         if type(node) is str:
-            append(("p", _clip(node), None, None))
+            append(_text_op("p", node))
             continue
         data = node.data
         if data is not None:
@@ -165,7 +165,7 @@ def _flatten(children: list[Any], out: list[tuple[Any, ...]], notes: dict[int, s
         tag = node.tag
         kids = node.children
         if tag == "p" or tag == "pre":
-            append((tag, _clip(kids[0] if len(kids) == 1 else "".join(kids)), None, None))
+            append(_text_op(tag, kids[0] if len(kids) == 1 else "".join(kids)))
         elif tag == "section":
             head = kids[0]
             append(("section", head.tag, _text(head), None))
@@ -188,6 +188,13 @@ def _flatten(children: list[Any], out: list[tuple[Any, ...]], notes: dict[int, s
 
 def _text(node: Node) -> str:
     return "".join(c if type(c) is str else _text(c) for c in node.children)
+
+
+def _text_op(op: str, text: str) -> tuple[Any, ...]:
+    """``(op, text)`` for a short text, ``(op + "_long", clipped)`` for a long one."""
+    if len(text) <= COLLAPSE_CHARS:
+        return (op, text, None, None)
+    return (op + "_long", _clip(text), None, None)
 
 
 def _clip(text: str) -> tuple[str, str, int]:
@@ -217,7 +224,7 @@ def _message(m: dict[str, Any]) -> tuple[str, str, list[tuple[Any, ...]]]:
     content = m.get("content")
     parts: list[tuple[Any, ...]] = []
     if type(content) is str:
-        parts.append(("text", _clip(content), None))
+        parts.append(_part_text(content))
     elif isinstance(content, list):
         for part in content:
             parts.append(_part(part))
@@ -229,12 +236,12 @@ def _message(m: dict[str, Any]) -> tuple[str, str, list[tuple[Any, ...]]]:
 
 def _part(part: Any) -> tuple[Any, ...]:
     if type(part) is str:
-        return ("text", _clip(part), None)
+        return _part_text(part)
     if not isinstance(part, dict):
         return ("other", _clip(_pretty(part)), None)
     kind = part.get("type")
     if kind == "text" and isinstance(part.get("text"), str):
-        return ("text", _clip(part["text"]), None)
+        return _part_text(part["text"])
     if kind == "thinking" and isinstance(part.get("thinking"), str):
         thinking = part["thinking"]
         return ("thinking", _clip(thinking), f"{len(thinking):,} characters")
@@ -245,6 +252,10 @@ def _part(part: Any) -> tuple[Any, ...]:
     if isinstance(kind, str) and "image" in kind:
         return ("image", kind, None)
     return ("other", _clip(_pretty(part)), None)
+
+
+def _part_text(text: str) -> tuple[Any, ...]:
+    return ("text", text, None) if len(text) <= COLLAPSE_CHARS else ("text_long", _clip(text), None)
 
 
 def _tool_call(tc: Any) -> tuple[Any, ...]:
