@@ -186,6 +186,8 @@ class MetricsEncoder:
 
 
 def _check_step(step: Any) -> int:
+    if isinstance(step, dict):
+        raise TypeError("step must be an int, got a dict: log_metrics takes (step, metrics), step first")
     if isinstance(step, bool) or not isinstance(step, numbers.Integral):
         item = getattr(step, "item", None)
         value = item() if callable(item) else None
