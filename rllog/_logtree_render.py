@@ -1,6 +1,7 @@
 """Rendering a logtree :class:`~rllog.logtree.Trace` to HTML (jinja2) and JSON (msgspec).
 
-The HTML comes from ``templates/logtree.html.j2`` (+ ``logtree.css``, inlined). The trace
+The HTML comes from ``templates/logtree.html.j2`` (+ ``logtree.css``, inlined), through
+the process's one autoescaping Environment (:mod:`rllog._templates`). The trace
 tree is first flattened in Python into a list of ``(op, a, b, c)`` events that the
 template walks in one loop (no recursive macro calls: a 64 x 16 iteration has ~20,000
 nodes). Every logged string reaches the page through jinja2 autoescaping; only
@@ -15,15 +16,13 @@ from __future__ import annotations
 
 import json
 import math
-import threading
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-if TYPE_CHECKING:
-    import jinja2
+from rllog._templates import environment
 
+if TYPE_CHECKING:
     from rllog.logtree import Node, Trace, _TraceDoc
 
 HEAD_CHARS = 2_000
@@ -31,39 +30,8 @@ COLLAPSE_CHARS = 8_000
 MAX_HTML_CHARS = 50_000
 MAX_CELL_CHARS = 1_000
 
-_ENV: jinja2.Environment | None = None
-_ENV_LOCK = threading.Lock()
 _ENCODER = msgspec.json.Encoder()
 _ROLES = frozenset({"system", "user", "assistant", "tool"})
-
-
-def templates_dir() -> Path:
-    """``rllog/templates`` inside an installed wheel, else the checkout's top-level ``templates/``."""
-    package = Path(__file__).resolve().parent
-    inside = package / "templates"
-    return inside if inside.is_dir() else package.parent / "templates"
-
-
-def environment() -> jinja2.Environment:
-    """The process's one jinja2 Environment (autoescape on), built on first use."""
-    global _ENV
-    if _ENV is None:
-        with _ENV_LOCK:
-            if _ENV is None:
-                import jinja2
-
-                folder = templates_dir()
-                if not (folder / "logtree.html.j2").is_file():
-                    raise FileNotFoundError(f"rllog logtree templates not found in {folder} (a broken install?)")
-                _ENV = jinja2.Environment(
-                    loader=jinja2.FileSystemLoader(folder),
-                    autoescape=True,
-                    undefined=jinja2.StrictUndefined,
-                    trim_blocks=True,
-                    lstrip_blocks=True,
-                    auto_reload=False,
-                )
-    return _ENV
 
 
 # JSON

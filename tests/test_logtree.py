@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rllog import logtree
-from rllog._logtree_render import MAX_HTML_CHARS, environment, html_bytes, templates_dir
+from rllog._logtree_render import MAX_HTML_CHARS, html_bytes
+from rllog._templates import environment, template_dir
 from rllog.storage import LocalStorage, open_storage
 
 # a small DOM from the stdlib parser
@@ -438,7 +439,7 @@ def test_write_failure_warns_and_keeps_body_exception():
 
 
 def test_templates_found_and_one_environment():
-    assert (templates_dir() / "logtree.html.j2").is_file()
+    assert (template_dir() / "logtree.html.j2").is_file()
     assert environment() is environment()
     assert environment().autoescape is True
 
@@ -532,3 +533,26 @@ HOSTILE = st.lists(st.sampled_from(FRAGMENTS) | st.text(st.characters(exclude_ca
 @given(st.text(st.characters(exclude_categories=()), min_size=1, max_size=40) | HOSTILE.filter(bool))
 def test_arbitrary_text_property(p):
     check_inert(p, _hostile_trace(p))
+
+
+def test_demo_writes_reports_every_iteration_and_periodic_evaluation(tmp_path):
+    from rllog._demo import DemoConfig, run_demo
+
+    cfg = DemoConfig(log_path=str(tmp_path), n_batches=3, eval_every=2, groups_per_batch=6, group_size=4, num_groups_to_log=2)
+    run_demo(cfg, quiet=True)
+    names = {p.name for p in tmp_path.iterdir()}
+    for i in range(3):
+        assert {f"train_iteration_{i:06d}.html", f"train_iteration_{i:06d}_logtree.json"} <= names
+    evals = sorted(n for n in names if n.startswith("eval_"))
+    assert evals == [f"eval_test_iteration_{i:06d}{s}" for i in (0, 2) for s in (".html", "_logtree.json")]
+    doc = json.loads((tmp_path / "train_iteration_000001_logtree.json").read_text())
+    convs = find_conversations(doc["root"])
+    assert len(convs) == 2 * 4  # num_groups_to_log groups x group_size
+    assert all(c["messages"][0]["role"] == "user" and c["messages"][0]["content"].startswith("What is ") for c in convs)
+    trajs = doc["root"]["children"][-1]["children"][1]["data"]["trajectories"]
+    assert len(trajs) == 6 * 4 and {t["group_idx"] for t in trajs} == set(range(6))
+    assert all(t["final_reward"] in (0.0, 0.1, 1.0) and t["steps"][0]["ac_len"] >= 1 for t in trajs)
+    ev = json.loads((tmp_path / "eval_test_iteration_000002_logtree.json").read_text())
+    assert len(ev["root"]["children"][-1]["children"][1]["data"]["trajectories"]) == 400  # 100 prompts x 4 samples
+    dom = parse((tmp_path / "train_iteration_000002.html").read_text())
+    assert len(dom.find_all("details", "lt-group")) == 2 and len(dom.find_all("details", "lt-traj-group")) == 6
