@@ -22,8 +22,9 @@ string or a list of parts ``{"type": "text"|"thinking"|"tool_call"|"image", ...}
 (trusted markup only). Sections: :func:`scope` (also a decorator), :func:`details`
 (collapsed block), :func:`group` (a trajectory group).
 
-**No active trace: every call is a cheap no-op** (about 0.1 µs; nothing is checked or
-kept), so library code can call logtree unconditionally. :func:`is_active` says whether
+**No active trace: every call is a cheap no-op** (~0.2 µs a call, ~0.5 µs a ``with
+scope``; arguments are neither checked nor kept), so library code can call logtree
+unconditionally; guard expensive argument building with :func:`is_active`. :func:`is_active` says whether
 calls here are recorded; :func:`current` returns the current section or None.
 
 Where content goes (the current section is held in a :mod:`contextvars` variable, set
@@ -92,22 +93,22 @@ import msgspec
 from rllog._names import artifact_name
 
 __all__ = [
-    "Trace",
-    "Section",
     "Node",
-    "scope",
-    "group",
-    "details",
-    "text",
-    "conversation",
-    "table",
-    "html",
-    "trajectory_stats",
+    "Section",
+    "Trace",
     "add_trajectories",
+    "conversation",
     "current",
+    "details",
+    "group",
+    "html",
     "is_active",
-    "open_trace",
     "iteration_trace",
+    "open_trace",
+    "scope",
+    "table",
+    "text",
+    "trajectory_stats",
     "write_trace",
 ]
 
@@ -170,7 +171,7 @@ class Section:
     threads and tasks at once.
     """
 
-    __slots__ = ("trace", "node", "level", "group_idx")
+    __slots__ = ("group_idx", "level", "node", "trace")
 
     def __init__(self, trace: Trace | None, node: Node | None, level: int, group_idx: int | None) -> None:
         self.trace = trace
@@ -380,7 +381,7 @@ _NULL = Section(None, None, 1, None)
 class _ScopeCM:
     """Context manager (and decorator) for a section; resolves its parent on entry."""
 
-    __slots__ = ("_parent", "_kind", "_title", "_arg", "_token", "_section")
+    __slots__ = ("_arg", "_kind", "_parent", "_section", "_title", "_token")
 
     def __init__(self, parent: Section | None, kind: str, title: Any, arg: Any) -> None:
         self._parent = parent
@@ -398,7 +399,7 @@ class _ScopeCM:
         self._token = _state.set(section)
         return section
 
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         token, self._token = self._token, None
         if token is not None:
             _reset(token)
@@ -435,7 +436,7 @@ class _BindCM:
         self._token = _state.set(self._section)
         return self._section
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         _reset(self._token)
 
 
@@ -464,17 +465,17 @@ class Trace(Section):
     """
 
     __slots__ = (
-        "title",
-        "started_at",
-        "path",
-        "num_groups_to_log",
-        "strict_json",
-        "root",
-        "_trajectories",
-        "_lock",
         "_group_parents",
-        "_recorded_exceptions",
+        "_lock",
         "_nonfinite",
+        "_recorded_exceptions",
+        "_trajectories",
+        "num_groups_to_log",
+        "path",
+        "root",
+        "started_at",
+        "strict_json",
+        "title",
     )
 
     def __init__(
@@ -590,7 +591,7 @@ class _TraceBindCM(_BindCM):
             _open_traces.append(self._section)  # type: ignore[arg-type]
         return super().__enter__()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         super().__exit__(*exc)
         with _open_lock:
             _open_traces.remove(self._section)  # type: ignore[arg-type]
@@ -735,11 +736,11 @@ def iteration_trace(
                 write_trace(storage, trace, iteration, eval_name)
             except Exception as exc:
                 names = f"{artifact_name(iteration, 'html', eval_name)} and _logtree.json"
-                message = f"rllog: the logtree report {names} was not written to {storage.url}: {type(exc).__name__}: {exc}"
+                message = f"the logtree report {names} was not written to {storage.url}: {type(exc).__name__}: {exc}"
                 if warn is None:
                     import warnings
 
-                    warnings.warn(message, RuntimeWarning, stacklevel=3)
+                    warnings.warn(f"rllog: {message}", RuntimeWarning, stacklevel=3)
                 else:
                     warn("logtree_write", message)
 

@@ -232,25 +232,22 @@ def test_no_trace_is_a_noop_and_detectable():
 
 
 def test_disabled_groups_keep_stats_only():
-    with logtree.open_trace("t", num_groups_to_log=1) as trace:
-        with logtree.group(1) as sec:
-            assert not logtree.is_active() and sec.group_idx == 1
-            logtree.text("hidden")
-            with logtree.scope("inner"):
-                logtree.conversation(CONVO)
-                logtree.trajectory_stats(5, total_reward=2.0)
+    with logtree.open_trace("t", num_groups_to_log=1) as trace, logtree.group(1) as sec:
+        assert not logtree.is_active() and sec.group_idx == 1
+        logtree.text("hidden")
+        with logtree.scope("inner"):
+            logtree.conversation(CONVO)
+            logtree.trajectory_stats(5, total_reward=2.0)
     assert trace.root.children == []
     assert [(t["group_idx"], t["traj_idx"], t["total_reward"]) for t in trace.trajectories] == [(1, 5, 2.0)]
 
 
 def test_exception_recorded_once_reraised_and_report_written():
     storage = memory_storage()
-    with pytest.raises(ZeroDivisionError):
-        with logtree.iteration_trace(storage, 2):
-            with logtree.scope("Outer"):
-                with logtree.scope("Inner"):
-                    logtree.text("before")
-                    1 / 0  # noqa: B018
+    with pytest.raises(ZeroDivisionError), logtree.iteration_trace(storage, 2), logtree.scope("Outer"):
+        with logtree.scope("Inner"):
+            logtree.text("before")
+            1 / 0  # noqa: B018
     doc = json.loads(storage.read("train_iteration_000002_logtree.json"))
     inner = doc["root"]["children"][0]["children"][1]
     assert inner["children"][0]["children"] == ["Inner"]
@@ -265,9 +262,8 @@ def test_exception_recorded_once_reraised_and_report_written():
 
 
 def test_exception_outside_scopes_recorded_at_top():
-    with pytest.raises(KeyError):
-        with logtree.open_trace("t") as trace:
-            raise KeyError("k")
+    with pytest.raises(KeyError), logtree.open_trace("t") as trace:
+        raise KeyError("k")
     assert trace.root.children[-1].data["exc_type"] == "KeyError"
 
 
@@ -391,9 +387,8 @@ def test_nonfinite_values_follow_strict_json():
 
 def test_write_to_memory_and_local(tmp_path):
     for storage in (memory_storage(), LocalStorage(tmp_path / "run")):
-        with logtree.iteration_trace(storage, 12, eval_name="test") as trace:
-            with logtree.group(0):
-                logtree.conversation(CONVO)
+        with logtree.iteration_trace(storage, 12, eval_name="test") as trace, logtree.group(0):
+            logtree.conversation(CONVO)
         assert storage.list() == ["eval_test_iteration_000012.html", "eval_test_iteration_000012_logtree.json"]
         doc = json.loads(storage.read("eval_test_iteration_000012_logtree.json"))
         assert doc["path"] == f"{storage.url}/eval_test_iteration_000012.html" == trace.path
@@ -433,9 +428,8 @@ def test_write_failure_warns_and_keeps_body_exception():
         with logtree.iteration_trace(Broken(), 0, warn=lambda kind, msg: seen.append((kind, msg))):
             raise RuntimeError("body")
     assert seen and seen[0][0] == "logtree_write" and "train_iteration_000000.html" in seen[0][1] and "disk full" in seen[0][1]
-    with pytest.warns(RuntimeWarning, match="was not written"):
-        with logtree.iteration_trace(Broken(), 0):
-            pass
+    with pytest.warns(RuntimeWarning, match="was not written"), logtree.iteration_trace(Broken(), 0):
+        pass
 
 
 def test_templates_found_and_one_environment():

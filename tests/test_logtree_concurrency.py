@@ -87,25 +87,23 @@ def test_thread_pool_without_context_uses_the_open_trace():
             barrier.wait(timeout=10)  # all 8 threads inside at once
         log_group(g, yield_point=lambda: threading.Event().wait(0.0005))
 
-    with logtree.iteration_trace(storage, 6, num_groups_to_log=N):
-        with ThreadPoolExecutor(8) as pool:
-            list(pool.map(work, range(N)))
+    with logtree.iteration_trace(storage, 6, num_groups_to_log=N), ThreadPoolExecutor(8) as pool:
+        list(pool.map(work, range(N)))
     check_groups(json.loads(storage.read("train_iteration_000006_logtree.json")))
 
 
 def test_thread_pool_with_explicit_handle_keeps_nesting():
-    with logtree.open_trace("t", num_groups_to_log=N) as trace:
-        with logtree.scope("Sampling") as sampling:
+    with logtree.open_trace("t", num_groups_to_log=N) as trace, logtree.scope("Sampling") as sampling:
 
-            def work(g):
-                with sampling.bind():
-                    log_group(g)
+        def work(g):
+            with sampling.bind():
+                log_group(g)
 
-            with ThreadPoolExecutor(8) as pool:
-                list(pool.map(work, range(N)))
-            ctx_groups = [contextvars.copy_context() for _ in range(4)]
-            with ThreadPoolExecutor(4) as pool:  # copy_context also carries the section
-                list(pool.map(lambda c: c.run(logtree.text, "via context"), ctx_groups))
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(work, range(N)))
+        ctx_groups = [contextvars.copy_context() for _ in range(4)]
+        with ThreadPoolExecutor(4) as pool:  # copy_context also carries the section
+            list(pool.map(lambda c: c.run(logtree.text, "via context"), ctx_groups))
     doc = trace.to_dict()
     sampling_node = doc["root"]["children"][0]
     assert sampling_node["children"][0]["children"] == ["Sampling"]
@@ -152,7 +150,7 @@ def test_logger_iteration_and_evaluation(tmp_path):
     doc = json.loads((tmp_path / "train_iteration_000003_logtree.json").read_text())
     assert doc["title"] == "Train iteration 3"
     assert [c["attrs"]["id"] for c in doc["root"]["children"] if c["attrs"].get("class") == "lt-group"] == ["group-0"]
-    ev = json.loads((tmp_path / [n for n in evals if n.endswith(".json")][0]).read_text())
+    ev = json.loads((tmp_path / next(n for n in evals if n.endswith(".json"))).read_text())
     assert [r["group_idx"] for r in ev["root"]["children"][-1]["children"][1]["data"]["trajectories"]] == [0, 0, 1, 1]
 
 
@@ -174,9 +172,8 @@ def test_logger_iteration_write_failure_warns_once(tmp_path):
         raise OSError("bucket gone")
 
     logger.storage.write = broken
-    with pytest.warns(RuntimeWarning, match="train_iteration_000001.html .*bucket gone"):
-        with logger.iteration(1):
-            logtree.text("x")
+    with pytest.warns(RuntimeWarning, match="train_iteration_000001.html .*bucket gone"), logger.iteration(1):
+        logtree.text("x")
     with logger.iteration(2):  # second failure of the same kind: counted silently
         logtree.text("x")
     assert sum("logtree report" in w for w in logger.warnings) == 1
