@@ -90,6 +90,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from rllog._logtree_values import check_index, check_str, messages_of, table_of, trajectory_record
 from rllog._names import artifact_name
 
 __all__ = [
@@ -202,7 +203,7 @@ class Section:
         Raises:
             TypeError: ``group_idx`` is not an int.
         """
-        return _ScopeCM(self, "group", title, _check_index(group_idx, "group_idx"))
+        return _ScopeCM(self, "group", title, check_index(group_idx, "group_idx"))
 
     def bind(self) -> _BindCM:
         """Make this section the current one in this thread/task until the block ends."""
@@ -220,7 +221,7 @@ class Section:
         if node is None:
             return
         if type(text) is not str:
-            text = _check_str(text, "text")
+            text = check_str(text, "text")
         node.children.append(Node("pre" if code else "p", {"class": "lt-code" if code else "lt-p"}, [text]))
 
     def conversation(self, messages: Sequence[Mapping[str, Any]]) -> None:
@@ -242,7 +243,7 @@ class Section:
         if node is None:
             return
         node.children.append(
-            Node("div", {"class": "lt-conversation"}, [], {"type": "conversation", "messages": _messages(messages)})
+            Node("div", {"class": "lt-conversation"}, [], {"type": "conversation", "messages": messages_of(messages)})
         )
 
     def table(
@@ -265,8 +266,8 @@ class Section:
         node = self.node
         if node is None:
             return
-        cols, rows = _table(data, columns)
-        cap = None if caption is None else _check_str(caption, "caption")
+        cols, rows = table_of(data, columns)
+        cap = None if caption is None else check_str(caption, "caption")
         if not self.trace._nonfinite and any(type(c) is float and not math.isfinite(c) for r in rows for c in r):
             self.trace._nonfinite = True
         node.children.append(
@@ -278,7 +279,7 @@ class Section:
         node = self.node
         if node is None:
             return
-        node.children.append(Node("div", {"class": "lt-html"}, [], {"type": "html", "html": _check_str(markup, "markup")}))
+        node.children.append(Node("div", {"class": "lt-html"}, [], {"type": "html", "html": check_str(markup, "markup")}))
 
     def trajectory_stats(
         self,
@@ -345,17 +346,17 @@ class Section:
             group_idx = arg
             if self.node is None or group_idx >= trace.num_groups_to_log:
                 return Section(trace, None, level, group_idx)
-            title = f"Group {group_idx}" if title is None else _check_str(title, "title")
+            title = f"Group {group_idx}" if title is None else check_str(title, "title")
             node = Node("details", {"class": "lt-group", "id": f"group-{group_idx}", "open": ""}, [])
             node.children.append(Node("summary", {}, [Node(f"h{level}", {}, [title])]))
             trace._note_group_parent(self.node)
         elif self.node is None:
             return Section(trace, None, level, group_idx)
         elif kind == "scope":
-            node = Node("section", {"class": "lt-section"}, [Node(f"h{level}", {}, [_check_str(title, "title")])])
+            node = Node("section", {"class": "lt-section"}, [Node(f"h{level}", {}, [check_str(title, "title")])])
         else:  # details
             attrs = {"class": "lt-details", "open": ""} if arg else {"class": "lt-details"}
-            node = Node("details", attrs, [Node("summary", {}, [_check_str(title, "summary")])])
+            node = Node("details", attrs, [Node("summary", {}, [check_str(title, "summary")])])
             level = self.level
         self.node.children.append(node)
         return Section(trace, node, level, group_idx)
@@ -481,10 +482,10 @@ class Trace(Section):
     def __init__(
         self, title: str, *, num_groups_to_log: int = 4, path: str | None = None, strict_json: bool = False
     ) -> None:
-        self.title = _check_str(title, "title")
+        self.title = check_str(title, "title")
         self.started_at = datetime.now().astimezone()
         self.path = path
-        self.num_groups_to_log = _check_index(num_groups_to_log, "num_groups_to_log")
+        self.num_groups_to_log = check_index(num_groups_to_log, "num_groups_to_log")
         self.strict_json = strict_json
         self.root = Node("body", {"class": "lt-root"}, [])
         self._trajectories: dict[tuple[int, int], dict[str, Any]] = {}
@@ -514,7 +515,7 @@ class Trace(Section):
         Raises:
             TypeError / ValueError: a field has the wrong type, naming the record.
         """
-        clean = [_trajectory_record(r) for r in records]
+        clean = [trajectory_record(r) for r in records]
         with self._lock:
             for rec in clean:
                 if rec.pop("_nonfinite", False):
@@ -614,7 +615,7 @@ def scope(title: str | F) -> Any:
 
 def group(group_idx: int, title: str | None = None) -> _ScopeCM:
     """The section of trajectory group ``group_idx``; see :meth:`Section.group`."""
-    return _ScopeCM(None, "group", title, _check_index(group_idx, "group_idx"))
+    return _ScopeCM(None, "group", title, check_index(group_idx, "group_idx"))
 
 
 def details(summary: str, *, open: bool = False) -> _ScopeCM:
@@ -743,190 +744,3 @@ def iteration_trace(
                     warnings.warn(f"rllog: {message}", RuntimeWarning, stacklevel=3)
                 else:
                     warn("logtree_write", message)
-
-
-# validation and normalization
-
-
-def _check_str(value: Any, what: str) -> str:
-    if isinstance(value, str):
-        return str(value)
-    raise TypeError(f"logtree {what} must be a str, got {type(value).__name__}: {value!r:.60}")
-
-
-def _check_index(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        item = getattr(value, "item", None)
-        value = item() if callable(item) else value
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"logtree {what} must be an int, got {type(value).__name__}: {value!r:.40}")
-    if value < 0:
-        raise ValueError(f"logtree {what} must be >= 0, got {value}")
-    return int(value)
-
-
-_PLAIN_SCALARS = (str, int, float, bool, type(None))
-
-
-def _plain(value: Any) -> Any:
-    """``value`` as plain JSON-ready Python (lenient: unknown objects become ``str``)."""
-    t = type(value)
-    if t in (str, int, float, bool) or value is None:
-        return value
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, bool):  # subclasses (IntEnum, numpy.float64, str enums) become the base type
-        return bool(value)
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    if isinstance(value, str):
-        return str(value)
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return f"<{len(value)} bytes>"
-    dump = getattr(value, "model_dump", None)  # pydantic (tinker's ToolCall)
-    if callable(dump):
-        return _plain(dump())
-    if hasattr(value, "__dataclass_fields__"):
-        import dataclasses
-
-        return _plain(dataclasses.asdict(value))
-    tolist = getattr(value, "tolist", None)  # numpy scalars and arrays
-    if callable(tolist):
-        return _plain(tolist())
-    if type(value).__module__.startswith("PIL."):
-        return "<image>"
-    return str(value)
-
-
-def _messages(messages: Any) -> list[dict[str, Any]]:
-    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
-        raise TypeError(f"logtree.conversation expects a list of messages, got {type(messages).__name__}")
-    out = []
-    for i, m in enumerate(messages):
-        if not isinstance(m, Mapping):
-            dump = getattr(m, "model_dump", None)
-            if not callable(dump):
-                raise TypeError(f"logtree.conversation: message {i} must be a dict with 'role' and 'content', got {type(m).__name__}")
-            m = dump()
-        role = m.get("role")
-        content = m.get("content", "")
-        if not isinstance(role, str):
-            raise TypeError(f"logtree.conversation: message {i} needs a str 'role', got {role!r:.40}")
-        if type(content) is str and all(type(v) is str for v in m.values()):
-            out.append(dict(m))
-            continue
-        if not isinstance(content, (str, list, tuple)):
-            raise TypeError(
-                f"logtree.conversation: message {i} 'content' must be a str or a list of parts, got {type(content).__name__}"
-            )
-        msg = _plain(m)
-        msg["role"] = role
-        out.append(msg)
-    return out
-
-
-def _cell(value: Any) -> Any:
-    t = type(value)
-    if t is str or t is int or t is float or t is bool or value is None:
-        return value
-    item = getattr(value, "item", None)
-    if callable(item) and getattr(value, "size", 1) == 1:
-        try:
-            value = item()
-        except (ValueError, TypeError, RuntimeError):
-            return str(value)
-        if isinstance(value, _PLAIN_SCALARS):
-            return value
-    if isinstance(value, _PLAIN_SCALARS):
-        return value
-    return str(value)
-
-
-def _table(data: Any, columns: Sequence[str] | None) -> tuple[list[str], list[list[Any]]]:
-    if hasattr(data, "to_dict") and hasattr(data, "columns") and not isinstance(data, Mapping):  # DataFrame
-        columns = [str(c) for c in data.columns] if columns is None else columns
-        data = data.to_dict("records")
-    if isinstance(data, Mapping):
-        values = list(data.values())
-        seqs = [isinstance(v, (list, tuple)) or (hasattr(v, "__len__") and hasattr(v, "tolist")) for v in values]
-        if values and all(seqs):
-            lengths = {len(v) for v in values}
-            if len(lengths) > 1:
-                raise ValueError(f"logtree.table: dict-of-lists columns must have equal lengths, got {sorted(lengths)}")
-            cols = [str(k) for k in data]
-            return cols, [[_cell(v[i]) for v in values] for i in range(lengths.pop())]
-        if any(seqs):
-            raise TypeError("logtree.table: a dict must map every key to a list (columns) or every key to a scalar")
-        return ["key", "value"], [[str(k), _cell(v)] for k, v in data.items()]
-    if isinstance(data, (str, bytes)) or not isinstance(data, Iterable):
-        raise TypeError(f"logtree.table expects a list of dicts, a dict of lists, rows or a DataFrame, got {type(data).__name__}")
-    rows = list(data)
-    if rows and all(isinstance(r, Mapping) for r in rows):
-        cols: list[str] = [str(c) for c in columns] if columns is not None else []
-        if columns is None:
-            seen: dict[str, None] = {}
-            for r in rows:
-                seen.update(dict.fromkeys(r))
-            cols = [str(c) for c in seen]
-        return cols, [[_cell(r.get(c)) for c in cols] for r in rows]
-    out = []
-    for i, r in enumerate(rows):
-        if isinstance(r, (str, bytes, Mapping)) or not isinstance(r, Iterable):
-            raise TypeError(f"logtree.table: row {i} must be a list of cells, got {type(r).__name__}")
-        r = [_cell(c) for c in r]
-        if columns is not None and len(r) != len(columns):
-            raise ValueError(f"logtree.table: row {i} has {len(r)} cells, columns has {len(columns)}")
-        out.append(r)
-    return ([str(c) for c in columns] if columns is not None else []), out
-
-
-def _number(value: Any, where: str) -> float | int | None:
-    if value is None:
-        return None
-    v = _cell(value)
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise TypeError(f"{where} must be a number, got {type(value).__name__}: {value!r:.40}")
-    return v
-
-
-def _trajectory_record(r: Mapping[str, Any]) -> dict[str, Any]:
-    if not isinstance(r, Mapping):
-        raise TypeError(f"a trajectory record must be a dict, got {type(r).__name__}")
-    g = _check_index(r.get("group_idx"), "group_idx")
-    t = _check_index(r.get("traj_idx"), "traj_idx")
-    where = f"trajectory (group {g}, traj {t})"
-    raw_steps = list(r.get("steps") or ())
-    steps = []
-    for i, s in enumerate(raw_steps):
-        if not isinstance(s, Mapping):
-            raise TypeError(f"{where}: step {i} must be a dict, got {type(s).__name__}")
-        steps.append(
-            {
-                "step_idx": s.get("step_idx", i),
-                "ob_len": _number(s.get("ob_len"), f"{where} step {i} ob_len"),
-                "ac_len": _number(s.get("ac_len"), f"{where} step {i} ac_len"),
-                "reward": _number(s.get("reward"), f"{where} step {i} reward"),
-                "episode_done": bool(s.get("episode_done", i == len(raw_steps) - 1)),
-            }
-        )
-    final = _number(r.get("final_reward"), f"{where} final_reward")
-    total = _number(r.get("total_reward"), f"{where} total_reward")
-    if total is None:
-        total = sum(s["reward"] or 0.0 for s in steps) + (final or 0.0)
-    metrics = {str(k): _cell(v) for k, v in (r.get("trajectory_metrics") or {}).items()}
-    rec = {
-        "group_idx": g,
-        "traj_idx": t,
-        "total_reward": total,
-        "final_reward": final,
-        "trajectory_metrics": metrics,
-        "steps": steps,
-    }
-    numbers = [total, final, *metrics.values(), *(s["reward"] for s in steps)]
-    if any(type(x) is float and not math.isfinite(x) for x in numbers):
-        rec["_nonfinite"] = True
-    return rec
