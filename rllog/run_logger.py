@@ -396,7 +396,7 @@ class RunLogger:
         file-name safe by :func:`rllog._names.safe_eval_name`).
 
         Raises:
-            TypeError: ``name`` is not a str (at the call).
+            TypeError: ``name`` is not a str (raised at the ``with``, before the block runs).
         """
         if not self.is_writer:
             return contextlib.nullcontext()
