@@ -298,13 +298,14 @@ class Run:
         metrics file replaced, and the rows in ``metrics.superseded.jsonl`` (moved aside
         by the writer on resume)."""
 
-        def build() -> pd.DataFrame:
-            out = [{"_source": self.metrics_name, "_line": line, **row} for line, row in sorted(self._resolver.superseded, key=_line)]
-            aside = self._sibling("metrics.superseded.jsonl")
-            out += [{"_source": aside, "_line": line, **row} for line, row in self._moved_aside]
-            return _to_frame(out, None)
+        return self._frame("superseded", lambda: _to_frame(self.superseded_rows, None))
 
-        return self._frame("superseded", build)
+    @property
+    def superseded_rows(self) -> list[dict[str, Any]]:
+        """:attr:`superseded` as dicts (``_source``, ``_line``, then the row as logged)."""
+        out = [{"_source": self.metrics_name, "_line": line, **row} for line, row in sorted(self._resolver.superseded, key=_line)]
+        aside = self._sibling("metrics.superseded.jsonl")
+        return out + [{"_source": aside, "_line": line, **row} for line, row in self._moved_aside]
 
     # -- iterations and their artifacts --------------------------------------------------------
     def files(self) -> list[tuple[str, int]]:
