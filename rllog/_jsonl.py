@@ -1,18 +1,84 @@
-"""Reading JSONL run files (metrics.jsonl, checkpoints.jsonl, rollout summaries), whole or as they grow.
+"""JSONL file helpers shared by the writer and the reader: torn tails, line splitting, tolerant
+parsing and incremental reading of a growing file.
 
-A line is one JSON object; ``NaN``/``Infinity``/``-Infinity`` tokens and ``null`` are
-accepted (:func:`rllog.encoding.decode_json`). Damage never stops a read: a line that is
-not a JSON object is skipped and reported with its 1-based line number, and the final
-line may be torn (a process killed mid-write) without a trailing newline.
+Reading never stops at damage: a line that is not a JSON object is skipped and reported
+with its 1-based line number, and the final line may be torn (a process killed
+mid-write) without a trailing newline. ``NaN``/``Infinity`` tokens and ``null`` are
+accepted (:func:`rllog.encoding.decode_json`).
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
+from typing import Any
+
 import msgspec
 
 from rllog.encoding import decode_json
+from rllog.storage import Storage
 
-__all__ = ["parse_lines", "JsonlTail"]
+__all__ = ["repair_torn_tail", "iter_lines", "row_step", "parse_lines", "JsonlTail", "TORN_SUFFIX"]
+
+#: torn fragments of ``X`` are appended to ``X`` + this suffix, one per line
+TORN_SUFFIX = ".torn"
+_STEP_PREFIX = re.compile(rb'\{\s*"step"\s*:\s*(-?\d+)\s*[,}]')
+
+
+def repair_torn_tail(storage: Storage, name: str) -> str | None:
+    """Make sure the next row appended to ``name`` starts on a fresh line.
+
+    A file whose last byte is not ``\\n`` was cut mid-write (the process was killed).
+    If the unterminated tail is a whole JSON object (only the newline is missing) a
+    ``\\n`` is added; otherwise the tail is moved, byte for byte, to ``name + ".torn"``
+    and cut from ``name``. Nothing is deleted without a copy.
+
+    Returns a message describing the repair, or None when there was nothing to do
+    (including a missing file).
+    """
+    try:
+        size = storage.size(name)
+    except FileNotFoundError:
+        return None
+    if size == 0 or storage.read_range(name, size - 1, size) == b"\n":
+        return None
+    data = storage.read(name)
+    cut = data.rfind(b"\n") + 1
+    tail = data[cut:]
+    try:
+        whole = isinstance(decode_json(tail), dict)
+    except ValueError:
+        whole = False
+    if whole:
+        storage.append(name, b"\n")
+        return f"{storage.url}/{name}: the last row had no newline; added one"
+    storage.append(name + TORN_SUFFIX, tail + b"\n")
+    storage.write(name, data[:cut])
+    return (
+        f"{storage.url}/{name}: moved a torn last line ({len(tail)} bytes, cut mid-write) "
+        f"to {name}{TORN_SUFFIX}; new rows start on a fresh line"
+    )
+
+
+def iter_lines(data: bytes, first_line: int = 1) -> Iterator[tuple[int, bytes]]:
+    """``(line_number, line)`` for each non-blank line of ``data``, counted from ``first_line``, without newline."""
+    for lineno, line in enumerate(data.split(b"\n"), first_line):
+        if line.strip():
+            yield lineno, line
+
+
+def row_step(line: bytes) -> Any:
+    """The ``step`` of one metrics row (fast for rows rllog wrote); None if it has none.
+
+    Raises:
+        ValueError: the line is not JSON.
+    """
+    m = _STEP_PREFIX.match(line)
+    if m is not None:
+        return int(m.group(1))
+    row = decode_json(line)
+    return row.get("step") if isinstance(row, dict) else None
+
 
 _decode_fast = msgspec.json.decode
 
@@ -38,9 +104,7 @@ def parse_lines(data: bytes, name: str, first_line: int = 1) -> tuple[list[tuple
             return list(enumerate(objs, first_line)), []
     rows: list[tuple[int, dict]] = []
     problems: list[str] = []
-    for i, line in enumerate(data.split(b"\n"), first_line):
-        if not line.strip():
-            continue
+    for i, line in iter_lines(data, first_line):
         try:
             obj = decode_json(line)
         except ValueError as exc:  # json.JSONDecodeError, UnicodeDecodeError
@@ -61,7 +125,8 @@ class JsonlTail:
     fetch more, see the backend) and returns the new rows. A line without its trailing
     newline is left for the next poll (the writer may be in the middle of it) unless
     ``final=True``. If the file shrinks (rewritten, e.g. rows moved aside on resume),
-    :attr:`rewritten` is set and reading starts again from the first byte.
+    reading starts again from the first byte and :attr:`rewritten` is True until the
+    next poll.
 
     Attributes:
         offset: bytes consumed so far.
@@ -70,7 +135,7 @@ class JsonlTail:
         torn: a message about an unparseable unterminated last line, or None.
     """
 
-    def __init__(self, storage, name: str) -> None:
+    def __init__(self, storage: Storage, name: str) -> None:
         self.storage = storage
         self.name = name
         self.offset = 0
@@ -88,6 +153,7 @@ class JsonlTail:
         Raises:
             OSError: the storage failed (other than the file missing).
         """
+        self.rewritten = False
         try:
             size = self.storage.size(self.name)
         except FileNotFoundError:
