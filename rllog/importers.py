@@ -1,9 +1,9 @@
 """Importers: turn Hugging Face TRL and TensorBoard logs into rllog run folders.
 
 ``rllog import trl trainer_state.json OUT`` and ``rllog import tensorboard EVENTS_DIR OUT``
-write ``OUT/metrics.jsonl`` (rllog's own :class:`~rllog.encoding.MetricsEncoder`, so NaN
-stays a ``NaN`` token and null stays null), ``OUT/config.json`` and, when restarts
-overlapped, ``OUT/metrics.superseded.jsonl``. Every ``rllog`` command reads the result.
+write ``OUT/metrics.jsonl`` and ``OUT/config.json`` with rllog's own
+:class:`~rllog.RunLogger` (so NaN stays a ``NaN`` token, null stays null, secret-looking
+config fields are redacted) and, when restarts overlapped, ``OUT/metrics.superseded.jsonl``. Every ``rllog`` command reads the result.
 
 TRL (``transformers.TrainerState`` JSON, e.g. ``checkpoint-160/trainer_state.json``):
 each ``log_history`` entry becomes one row at its ``step``. Train rows, ``eval_*`` rows
@@ -45,6 +45,7 @@ from typing import Any
 from rllog._segments import StepResolver
 from rllog.encoding import MetricsEncoder, decode_json, encode_json
 from rllog.errors import RunFormatError
+from rllog.run_logger import CONFIG_FILE, METRICS_FILE, SUPERSEDED_FILE, RunLogger
 from rllog.storage import open_storage
 
 __all__ = ["ImportReport", "import_trl", "import_tensorboard", "trl_rows", "tensorboard_rows"]
@@ -280,23 +281,19 @@ def _write_run(
             "moved to metrics.superseded.jsonl"
         )
     storage = open_storage(out, **storage_options)
-    try:
-        if storage.exists("metrics.jsonl") and not overwrite:
-            raise FileExistsError(f"{storage.url}/metrics.jsonl already exists; choose an empty OUT or overwrite (--force)")
+    if storage.exists(METRICS_FILE):
+        if not overwrite:
+            raise FileExistsError(f"{storage.url}/{METRICS_FILE} already exists; choose an empty OUT or overwrite (--force)")
+        for name in (METRICS_FILE, SUPERSEDED_FILE, CONFIG_FILE):
+            if storage.exists(name):
+                storage.remove(name)
+    with RunLogger(storage, config=config, code_diff=False) as logger:  # rllog's own writer and encoder
+        for step, metrics in standing:
+            logger.log_metrics(step, metrics)
+    if superseded:
         encoder = MetricsEncoder()
-
-        def encode(part: Rows) -> bytes:
-            return b"".join(bytes(encoder.encode_row(step, metrics)) for step, metrics in part)
-
-        storage.write("metrics.jsonl", encode(standing))
-        for name, data in (("metrics.superseded.jsonl", encode(superseded) if superseded else None),
-                           ("config.json", encode_json(config, indent=2) + b"\n" if config is not None else None)):
-            if data is not None:
-                storage.write(name, data)
-            elif storage.exists(name):
-                storage.remove(name)  # a stale file from the run being overwritten
-    finally:
-        storage.close()
+        storage.write(SUPERSEDED_FILE, b"".join(bytes(encoder.encode_row(step, m)) for step, m in superseded))
+    storage.close()
     steps = [step for step, _ in standing]
     return ImportReport(
         out=storage.url,

@@ -22,11 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rllog._jsonl import JsonlTail, parse_lines
+from rllog._jsonl import TORN_SUFFIX, JsonlTail
 from rllog._names import ARTIFACT_KINDS, parse_artifact_name
 from rllog._segments import StepResolver
 from rllog.encoding import decode_json
+from rllog.checkpoints import CHECKPOINTS_FILE
 from rllog.errors import RunFormatError
+from rllog.run_logger import CONFIG_FILE, METRICS_FILE, SUPERSEDED_FILE
 from rllog.storage import LocalStorage, Storage, open_storage
 
 if TYPE_CHECKING:
@@ -160,10 +162,13 @@ class Run:
             raw = self._tail.poll(final=True)
             if self._tail.offset == 0 and not self.storage.exists(self.metrics_name):
                 self._notes.append(f"no {self.metrics_name} in {self.url}: the run has logged no metrics yet")
+            torn = self.metrics_name + TORN_SUFFIX
+            if self.storage.exists(torn):
+                self._notes.append(f"{torn}: torn rows (cut mid-write by a killed process) the writer moved aside")
             self.config = self._read_config()
             self._ckpt_tail = None
             self.checkpoints = []
-            name = self._sibling("checkpoints.jsonl")
+            name = self._sibling(CHECKPOINTS_FILE)
             if name is not None:
                 self._ckpt_tail = MetricsTail(self.storage, name)
                 self.checkpoints = [row for _, row in self._ckpt_tail.poll(final=True)]
@@ -182,7 +187,7 @@ class Run:
         return next((k for k in STEP_KEYS if k in first), None)
 
     def _read_config(self) -> dict[str, Any] | None:
-        name = self._sibling("config.json")
+        name = self._sibling(CONFIG_FILE)
         if name is None:
             return None
         try:
@@ -200,7 +205,7 @@ class Run:
         return config
 
     def _read_moved_aside(self) -> list[tuple[int, dict]]:
-        name = self._sibling("metrics.superseded.jsonl")
+        name = self._sibling(SUPERSEDED_FILE)
         if name is None:
             return []
         tail = MetricsTail(self.storage, name)
@@ -304,7 +309,7 @@ class Run:
     def superseded_rows(self) -> list[dict[str, Any]]:
         """:attr:`superseded` as dicts (``_source``, ``_line``, then the row as logged)."""
         out = [{"_source": self.metrics_name, "_line": line, **row} for line, row in sorted(self._resolver.superseded, key=_line)]
-        aside = self._sibling("metrics.superseded.jsonl")
+        aside = self._sibling(SUPERSEDED_FILE)
         return out + [{"_source": aside, "_line": line, **row} for line, row in self._moved_aside]
 
     # -- iterations and their artifacts --------------------------------------------------------
@@ -464,14 +469,14 @@ def read_run(log_path: str | os.PathLike[str] | Storage, *, step_key: str | None
         OSError: the storage failed.
     """
     if not isinstance(log_path, (str, os.PathLike)):
-        return Run(open_storage(log_path), "metrics.jsonl", step_key=step_key)
+        return Run(open_storage(log_path), METRICS_FILE, step_key=step_key)
     url = os.fspath(log_path)
     if url.startswith("file://"):
         url = url[len("file://") :]
     if "://" not in url:
         path = Path(url).expanduser()
         if path.is_dir():
-            return Run(LocalStorage(path), "metrics.jsonl", step_key=step_key)
+            return Run(LocalStorage(path), METRICS_FILE, step_key=step_key)
         if not path.is_file():
             raise FileNotFoundError(f"no run at {path}: expected a folder with metrics.jsonl, a .jsonl file or trainer_state.json")
         storage: Storage = LocalStorage(path.parent)
@@ -479,10 +484,10 @@ def read_run(log_path: str | os.PathLike[str] | Storage, *, step_key: str | None
     else:
         parent, name = _split_url(url)
         storage = open_storage(url, **storage_options)
-        if "." not in name or storage.exists("metrics.jsonl") or not parent:
+        if "." not in name or storage.exists(METRICS_FILE) or not parent:
             if not storage.list():
                 raise FileNotFoundError(f"no run at {url}: no files there")
-            return Run(storage, "metrics.jsonl", step_key=step_key)
+            return Run(storage, METRICS_FILE, step_key=step_key)
         storage = open_storage(parent, **storage_options)
         if not storage.exists(name):
             raise FileNotFoundError(f"no run at {url}: no such file or folder")
@@ -497,5 +502,5 @@ def read_run(log_path: str | os.PathLike[str] | Storage, *, step_key: str | None
                 "for a run folder pass the folder"
             )
         return Run(storage, name, prefix=None, step_key=step_key, trl_state=state)
-    prefix = name[: -len("metrics.jsonl")] if name.endswith("metrics.jsonl") else None
+    prefix = name[: -len(METRICS_FILE)] if name.endswith(METRICS_FILE) else None
     return Run(storage, name, prefix=prefix, step_key=step_key)
