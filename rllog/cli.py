@@ -73,12 +73,15 @@ def tail(run: str, follow: bool, n_rows: int, keys: tuple[str, ...], interval: f
     object store shows rows once the writer has flushed them).
     """
     import json
+    import os
     import time
 
     from rllog.reader import MetricsTail
     from rllog.storage import open_storage
 
     folder, name = _metrics_location(run)
+    if ("://" not in folder or folder.startswith("file://")) and not os.path.isdir(folder.removeprefix("file://")):
+        raise click.ClickException(f"no run folder at {folder} (tail reads a run folder, URI or metrics .jsonl file)")
     reader = MetricsTail(open_storage(folder), name)
 
     def show(rows: list[tuple[int, dict]]) -> None:

@@ -172,10 +172,15 @@ def tensorboard_rows(events_dir: str | os.PathLike[str]) -> tuple[Rows, dict[str
 
     Raises:
         FileNotFoundError: no event files there.
+        ImportError: the ``tensorboard`` package is not installed (extra ``rllog[tensorboard]``).
     """
     import numpy as np
-    from tensorboard.backend.event_processing.event_file_loader import LegacyEventFileLoader
-    from tensorboard.util.tensor_util import make_ndarray
+
+    try:
+        from tensorboard.backend.event_processing.event_file_loader import LegacyEventFileLoader
+        from tensorboard.util.tensor_util import make_ndarray
+    except ImportError as exc:
+        raise ImportError(f"importing TensorBoard logs needs the tensorboard package: pip install 'rllog[tensorboard]' ({exc})") from exc
 
     rows: Rows = []
     config: dict[str, Any] | None = None
@@ -246,6 +251,7 @@ def import_tensorboard(
     Raises:
         FileNotFoundError: no event files there.
         FileExistsError: ``out`` already has metrics.jsonl and ``overwrite`` is False.
+        ImportError: the ``tensorboard`` package is not installed (extra ``rllog[tensorboard]``).
     """
     src = os.fspath(events_dir)
     if "://" in src and not src.startswith("file://"):

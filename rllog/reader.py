@@ -216,9 +216,10 @@ class Run:
     def refresh(self) -> list[dict[str, Any]]:
         """Read what was appended since the last read; returns the new metric rows as logged.
 
-        Only new bytes of metrics.jsonl and checkpoints.jsonl are read. If metrics.jsonl
-        was rewritten (it shrank, e.g. rows moved aside on resume) the run is read again
-        from the start and every row is returned. The iteration list is listed again.
+        Only new bytes of metrics.jsonl and checkpoints.jsonl are read; config.json is read
+        again and the iterations listed again. If metrics.jsonl was rewritten (it shrank,
+        e.g. rows moved aside on resume) the run is read again from the start and every
+        standing row is returned.
         """
         if self._tail is None:  # a trainer_state.json is read whole
             return []
@@ -231,6 +232,7 @@ class Run:
             self._resolver.add(line, row)
         if self._ckpt_tail is not None:
             self.checkpoints += [row for _, row in self._ckpt_tail.poll()]
+        self.config = self._read_config()
         return [row for _, row in rows]
 
     # -- metrics -------------------------------------------------------------------------

@@ -79,6 +79,8 @@ def test_tail_prints_the_last_rows(tmp_path):
     assert [r["step"] for r in rows] == [3, 4] and rows[1]["env/all/reward/total"] == 0.4
     out = invoke("tail", "-n", "1", "-k", "optim/entropy", "-k", "missing", str(tmp_path / "run/metrics.jsonl"))
     assert out.strip() == "step=4  optim/entropy=0.6  missing=-"
+    result = CliRunner().invoke(main, ["tail", str(tmp_path / "missing")])
+    assert result.exit_code == 1 and "no run folder at" in result.output and not (tmp_path / "missing").exists()
 
 
 def test_import_commands_then_summary(tmp_path):

@@ -256,3 +256,17 @@ def test_missing_and_wrong_inputs(tmp_path):
         read_run(tmp_path / "x.json")
     run = read_run(tmp_path)  # a folder without metrics.jsonl: empty, with a warning
     assert run.rows == [] and run.metrics.empty and "no metrics.jsonl" in run.warnings[0]
+
+
+def test_prefixed_metrics_file_under_a_uri():
+    base = f"memory://rllog-reader-{uuid.uuid4().hex}"
+    storage = open_storage(base)
+    storage.write("arith_metrics.jsonl", b'{"step":0,"reward":0.5}\n{"step":1,"reward":0.75}\n')
+    storage.write("arith_checkpoints.jsonl", b'{"name":"000001","batch":2}\n')
+    storage.write("other_metrics.jsonl", b'{"step":0,"reward":9}\n')
+    run = read_run(f"{base}/arith_metrics.jsonl")
+    assert run.metrics_name == "arith_metrics.jsonl" and [r["reward"] for r in run.rows] == [0.5, 0.75]
+    assert run.checkpoints == [{"name": "000001", "batch": 2}] and run.config is None
+    assert [n for n, _ in run.files()] == ["arith_checkpoints.jsonl", "arith_metrics.jsonl"]
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        read_run(f"{base}/nope_metrics.jsonl")

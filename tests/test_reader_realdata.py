@@ -60,6 +60,7 @@ def test_every_trainer_state_reads_and_imports(path, tmp_path):
     history = json.loads(path.read_text())["log_history"]
     direct = read_run(path)
     assert direct.rows_read == len(history)
+    check_summary(direct)
     report = import_trl(path, tmp_path / "run")
     imported = read_run(tmp_path / "run")
     assert report.rows == len(history) and imported.rows_read == len(history)
