@@ -100,7 +100,7 @@ def main() -> None:
         run_dir = Path(tmp)
         (run_dir / "metrics.jsonl").write_bytes(data)
         run = read_run(run_dir)
-        run.metrics
+        assert len(run.metrics) == 8000  # build the DataFrame once, as a user would
         line = data.splitlines()[-1]
 
         def append_and_refresh() -> None:

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 from rllog._jsonl import TORN_SUFFIX, JsonlTail
 from rllog._names import ARTIFACT_KINDS, parse_artifact_name
 from rllog._segments import StepResolver
-from rllog.encoding import decode_json
 from rllog.checkpoints import CHECKPOINTS_FILE
+from rllog.encoding import decode_json
 from rllog.errors import RunFormatError
 from rllog.run_logger import CONFIG_FILE, METRICS_FILE, SUPERSEDED_FILE
 from rllog.storage import LocalStorage, Storage, open_storage
@@ -473,8 +473,7 @@ def read_run(log_path: str | os.PathLike[str] | Storage, *, step_key: str | None
     if not isinstance(log_path, (str, os.PathLike)):
         return Run(open_storage(log_path), METRICS_FILE, step_key=step_key)
     url = os.fspath(log_path)
-    if url.startswith("file://"):
-        url = url[len("file://") :]
+    url = url.removeprefix("file://")
     if "://" not in url:
         path = Path(url).expanduser()
         if path.is_dir():
