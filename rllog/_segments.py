@@ -58,6 +58,7 @@ class StepResolver:
         unstepped: ``(line, row)`` of rows without a numeric step, in file order.
         restarts: ``(line, step)`` where each segment after the first starts.
         merged: how many rows were merged into a previous row of the same step.
+        added: how many rows were added (standing, merged, superseded, unstepped).
         version: bumped on every change, for caches.
     """
 
@@ -69,11 +70,13 @@ class StepResolver:
         self.unstepped: list[tuple[int, dict[str, Any]]] = []
         self.restarts: list[tuple[int, Any]] = []
         self.merged = 0
+        self.added = 0
         self.version = 0
 
     def add(self, line: int, row: dict[str, Any]) -> None:
         """Place one row (``line`` is its 1-based line number, kept for reports)."""
         self.version += 1
+        self.added += 1
         key = self.step_key
         step = row.get(key) if key is not None else None
         if type(step) not in (int, float) or step != step:

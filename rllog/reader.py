@@ -241,13 +241,12 @@ class Run:
         """The standing metric rows as dicts: one per step, steps increasing (see :mod:`rllog._segments`),
         then rows without a step. Values as logged; NaN/Infinity tokens are floats, null is None."""
         r = self._resolver
-        return r.kept + [row for _, row in r.unstepped] if r.unstepped else r.kept
+        return r.kept + [row for _, row in r.unstepped]
 
     @property
     def rows_read(self) -> int:
         """Metric rows parsed from the file (standing, merged and superseded)."""
-        r = self._resolver
-        return sum(1 for _ in r.standing_rows()) + len(r.superseded)
+        return self._resolver.added
 
     @property
     def restarts(self) -> list[tuple[int, Any]]:
@@ -271,8 +270,9 @@ class Run:
         """The standing rows (:attr:`rows`) as a DataFrame, the step column first.
 
         Columns are in first-logged order; numbers and nulls give float64 columns (null
-        and NaN both NaN); string-valued metrics give object columns. Built on first use
-        and after :meth:`refresh`, then cached.
+        and NaN both NaN); string-valued metrics keep their strings (pandas' string
+        dtype, ``object`` before pandas 3). Built on first use and after :meth:`refresh`,
+        then cached: treat it as read-only.
         """
         return self._frame("metrics", lambda: _to_frame(self.rows, self.step_key))
 
@@ -304,7 +304,6 @@ class Run:
         (1-based line in it), then the metrics. Holds the rows a later segment of the
         metrics file replaced, and the rows in ``metrics.superseded.jsonl`` (moved aside
         by the writer on resume)."""
-
         return self._frame("superseded", lambda: _to_frame(self.superseded_rows, None))
 
     @property
@@ -317,11 +316,12 @@ class Run:
     # -- iterations and their artifacts --------------------------------------------------------
     def files(self) -> list[tuple[str, int]]:
         """``(name, size in bytes)`` of every file of the run (for a single-file run: that file and its siblings)."""
-        names = self.storage.list(self._prefix or "")
         if self._prefix is None:
             names = [self.metrics_name]
-        elif self._prefix:
-            names = [n for n in names if "/" not in n]
+        else:
+            names = self.storage.list(self._prefix)
+            if self._prefix:  # a prefixed file's siblings, not other runs' folders
+                names = [n for n in names if "/" not in n]
         out = []
         for n in names:
             try:
@@ -413,7 +413,7 @@ class Run:
                 out += tail.problems + ([tail.torn] if tail.torn else [])
         r = self._resolver
         if r.restarts:
-            where = ", ".join(f"line {line} (back to {self.step_key} {step})" for line, step in r.restarts[:5])
+            where = ", ".join(f"line {line} ({self.step_key} {step})" for line, step in r.restarts[:5])
             more = f" and {len(r.restarts) - 5} more" if len(r.restarts) > 5 else ""
             out.append(
                 f"{self.metrics_name}: {len(r.restarts)} restart(s) appended in one file, at {where}{more}; "
@@ -472,8 +472,7 @@ def read_run(log_path: str | os.PathLike[str] | Storage, *, step_key: str | None
     """
     if not isinstance(log_path, (str, os.PathLike)):
         return Run(open_storage(log_path), METRICS_FILE, step_key=step_key)
-    url = os.fspath(log_path)
-    url = url.removeprefix("file://")
+    url = os.fspath(log_path).removeprefix("file://")
     if "://" not in url:
         path = Path(url).expanduser()
         if path.is_dir():
