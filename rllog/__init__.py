@@ -13,6 +13,7 @@ from rllog import logtree
 from rllog.checkpoints import ResumeState
 from rllog.config import load_config
 from rllog.errors import ConfigError, RllogError, RunFormatError, StorageError, StoragePermanentError
+from rllog.reader import MetricsTail, Run, read_run
 from rllog.run_logger import RunLogger
 from rllog.storage import FsspecStorage, LocalStorage, Storage, open_storage
 
@@ -22,6 +23,9 @@ __all__ = [
     "RunLogger",
     "logtree",
     "ResumeState",
+    "read_run",
+    "Run",
+    "MetricsTail",
     "load_config",
     "Storage",
     "LocalStorage",
