@@ -7,6 +7,7 @@ the HTML reports of every iteration.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -65,6 +66,8 @@ def open_run(log_path: Any) -> RunView:
     from rllog.doctor import _nonfinite_in_jsonl
     from rllog.encoding import decode_json
 
+    if isinstance(log_path, (str, os.PathLike)) and "://" not in os.fspath(log_path) and not os.path.isdir(log_path):
+        raise FileNotFoundError(f"no run folder at {os.fspath(log_path)!r}")  # open_storage would create it
     storage = open_storage(log_path)
     data = storage.read("metrics.jsonl")
     rows, warnings = [], []
