@@ -92,7 +92,7 @@ def real_runs(tmp_path: Path) -> dict[str, Path]:
         if "checkpoints" in src.name:
             continue
         dst = tmp_path / f"run{i:02d}"
-        dst.mkdir()
+        dst.mkdir(parents=True)
         shutil.copyfile(src, dst / "metrics.jsonl")
         if src.name == "metrics.jsonl":
             for sib in src.parent.iterdir():
