@@ -36,7 +36,7 @@ class Chart:
     points: int = 0  # drawn points (after thinning)
     rows: int = 0  # logged values, finite or not
     last: str = ""
-    flagged: bool = False
+    flagged: str = ""  # the worst doctor severity on this metric, if any
     width: int = WIDTH
     height: int = HEIGHT
     left: int = LEFT

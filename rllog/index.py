@@ -63,13 +63,21 @@ def _numeric_columns(metrics: Any) -> dict[str, Any]:
 
 
 def _choose(columns: list[str], flagged: set[str]) -> list[str]:
+    """Metrics to chart: known main metrics in MAIN_METRICS order, then the doctor's flagged ones;
+    at most _MAX_CHARTS unless more are flagged (flagged metrics are always charted)."""
     canon = {c: (c[len("train/") :] if c.startswith("train/") else c) for c in columns}
     rank = {m: i for i, m in enumerate(MAIN_METRICS)}
-    chosen = sorted((c for c in columns if canon[c] in rank), key=lambda c: rank[canon[c]])
-    chosen += [c for c in columns if c in flagged and c not in chosen]
-    if len(chosen) < _MIN_CHARTS:  # an unfamiliar run: chart its first metrics
-        chosen += [c for c in columns if c not in chosen and not c.startswith(("time/", "progress/"))]
-    return chosen[: max(_MAX_CHARTS, len(flagged))]
+    ordered = sorted((c for c in columns if canon[c] in rank), key=lambda c: rank[canon[c]])
+    ordered += [c for c in columns if c in flagged and c not in ordered]
+    if len(ordered) < _MIN_CHARTS:  # an unfamiliar run: chart its first metrics
+        ordered += [c for c in columns if c not in ordered and not c.startswith(("time/", "progress/"))]
+    room = _MAX_CHARTS - sum(c in flagged for c in ordered)
+    chosen = []
+    for c in ordered:
+        if c in flagged or room > 0:
+            chosen.append(c)
+            room -= c not in flagged
+    return chosen
 
 
 def render_index(run: RunView, findings: list[Finding], *, thresholds: Thresholds | None = None) -> str:
@@ -86,7 +94,11 @@ def render_index(run: RunView, findings: list[Finding], *, thresholds: Threshold
         if "step" in metrics.columns else np.arange(n, dtype=float)
     )
     columns = _numeric_columns(metrics)
-    flagged = {f.metric for f in findings if f.metric}
+    worst: dict[str, str] = {}
+    for f in reversed(findings):  # errors come first, so they win
+        if f.metric:
+            worst[f.metric] = f.severity
+    flagged = set(worst)
     charts = []
     for col in _choose(list(columns), flagged):
         y = columns[col]
@@ -96,7 +108,7 @@ def render_index(run: RunView, findings: list[Finding], *, thresholds: Threshold
         bad |= np.isinf(y)
         rows = np.isfinite(y) | bad
         chart = line_chart(col, steps[rows], y[rows], bad[rows])
-        chart.flagged = col in flagged
+        chart.flagged = worst.get(col, "")
         charts.append(chart)
     table = []
     for col, y in columns.items():

@@ -66,7 +66,7 @@ def _points(d: str) -> list[tuple[float, float]]:
 def _xss_run(tmp_path):
     rows = healthy_rows(30)
     for i, row in enumerate(rows):
-        row[XSS] = float(i)
+        row[XSS] = math.nan if i == 3 else float(i)  # a finding: the name is charted and in the doctor's list
         row["loss/value_avg"] = math.nan if i in (10, 11) else row["loss/value_avg"]
     config = {"model_name": XSS, XSS: {"lr": 1e-5}, "eps": 0.2}
     ckpts = [{"name": XSS, "batch": 5, "state_path": "tinker://x/000005"}]
@@ -79,7 +79,7 @@ def test_index_html_structure(tmp_path):
     url, findings = write_index(run)
     assert url == f"{run}/index.html"
     html = (run / "index.html").read_text()
-    assert [f.metric for f in findings] == ["loss/value_avg"]
+    assert [f.metric for f in findings] == ["loss/value_avg", XSS]
     assert "<script" not in html and "<img" not in html and "onerror=\"" not in html
     assert "&lt;script&gt;document.title=" in html  # shown as text
     assert 'default-src &#39;none&#39;' in html or "default-src 'none'" in html  # CSP: no scripts, no requests
@@ -117,7 +117,7 @@ def test_index_in_headless_chromium(tmp_path):
     # the NaN value loss: 2 gap markers, 28 points in 2 segments
     vl = charts["loss/value_avg"]
     assert (vl["data-points"], vl["data-gaps"], vl["data-rows"]) == ("28", "2", "30")
-    assert len(dom.find("g", **{"class": "nan-marker"})) == 2
+    assert len(dom.find("g", **{"class": "nan-marker"})) == 2 + 1  # and 1 in the planted metric
 
     shot = tmp_path / "shot.png"
     _chromium("--hide-scrollbars", "--window-size=1280,1600", f"--screenshot={shot}", page, tmp_path=tmp_path)
