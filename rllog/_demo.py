@@ -112,7 +112,7 @@ def _sample(policy: Policy, a: np.ndarray, b: np.ndarray, rng: np.random.Generat
 def _grade(a: np.ndarray, b: np.ndarray, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
     """Verifier: (reward, correct, well_formed, answer_text) per sample."""
     reward, correct, formed, texts = [], [], [], []
-    for ai, bi, seq in zip(a, b, tokens):
+    for ai, bi, seq in zip(a, b, tokens, strict=True):
         toks = [int(t) for t in seq if t >= 0]
         digits = toks[:-1] if toks and toks[-1] == EOS else toks
         text = "".join(str(t) for t in digits if t != EOS)

@@ -1,9 +1,8 @@
-"""The jinja2 templates rllog renders (logtree reports, the run index page).
+"""The jinja2 templates shipped with rllog, and one Environment per process.
 
-Templates live in the top-level ``templates/`` folder of the source tree; the wheel
-ships them as ``rllog/templates`` (pyproject's ``force-include``). :func:`environment`
-builds one autoescaping jinja2 Environment per process, on first use, so
-``import rllog`` never imports jinja2.
+Templates live in the top-level ``templates/`` folder of the repository; the wheel ships
+them as ``rllog/templates``. Autoescaping is on for every template: logged text is always
+shown as text.
 """
 
 from __future__ import annotations
@@ -15,31 +14,31 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import jinja2
 
-__all__ = ["templates_dir", "environment"]
+__all__ = ["template_dir", "environment"]
 
 
-def templates_dir() -> Path:
-    """``rllog/templates`` inside an installed wheel, else ``templates/`` beside the ``rllog`` package.
+@functools.cache
+def template_dir() -> Path:
+    """The folder holding the templates: inside the installed package, else the source checkout's.
 
     Raises:
-        FileNotFoundError: neither folder exists (a broken install).
+        FileNotFoundError: neither exists (a broken install).
     """
-    package = Path(__file__).resolve().parent
-    for candidate in (package / "templates", package.parent / "templates"):
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "templates", here.parent / "templates"):
         if candidate.is_dir():
             return candidate
-    raise FileNotFoundError(f"rllog templates not found in {package / 'templates'} or {package.parent / 'templates'}")
+    raise FileNotFoundError(f"rllog templates not found in {here / 'templates'} or {here.parent / 'templates'}")
 
 
-@functools.lru_cache(maxsize=1)
+@functools.cache
 def environment() -> jinja2.Environment:
-    """The process-wide jinja2 Environment: autoescape on for every template, undefined names raise."""
+    """The process's jinja2 Environment (built on first use; jinja2 is imported here)."""
     import jinja2
 
     return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        loader=jinja2.FileSystemLoader(str(template_dir())),
         autoescape=True,
-        undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,

@@ -116,6 +116,8 @@ def test_misuse_of_step_and_keys(tmp_path: Path) -> None:
             logger.log_metrics(1.5, {"a": 1})
         with pytest.raises(TypeError, match="step must be an int"):
             logger.log_metrics(True, {"a": 1})
+        with pytest.raises(TypeError, match=r"takes \(step, metrics\), step first"):
+            logger.log_metrics({"a": 1}, 3)
         with pytest.raises(ValueError, match="step must be >= 0"):
             logger.log_metrics(-1, {"a": 1})
         with pytest.raises(ValueError, match="key 'step'"):

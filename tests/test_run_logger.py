@@ -311,7 +311,7 @@ def test_exception_in_loop_closes_files_and_propagates(tmp_path: Path) -> None:
     with pytest.raises(ZeroDivisionError):
         with RunLogger(tmp_path, code_diff=False) as logger:
             logger.log_metrics(0, {"a": 1})
-            1 / 0
+            logger.log_metrics(1, {"a": 1 / 0})
     assert logger._closed and rows(tmp_path / "metrics.jsonl") == [{"step": 0, "a": 1}]
 
 
