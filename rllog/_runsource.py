@@ -37,14 +37,61 @@ class RunView:
     storage: Storage
     metrics: pd.DataFrame
     nonfinite: dict[str, list[int]]
+    step_key: str | None = "step"
     config: Any = None
     checkpoints: list[dict[str, Any]] = field(default_factory=list)
     reports: list[Report] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    index_name: str = "index.html"  # where ``rllog index`` writes the page, inside ``storage``
+    name: str = ""  # a short title
 
 
-def reports_in(names: list[str]) -> list[Report]:
-    """The HTML reports among file ``names``, by iteration then train before eval."""
+def _index_name(metrics_name: str) -> str:
+    """``index.html`` beside metrics.jsonl; ``arithmetic_index.html`` beside arithmetic_metrics.jsonl;
+    ``trainer_state_index.html`` beside trainer_state.json (several runs may share a folder)."""
+    if metrics_name == "metrics.jsonl":
+        return "index.html"
+    if metrics_name.endswith("metrics.jsonl"):
+        return metrics_name[: -len("metrics.jsonl")] + "index.html"
+    return metrics_name.rsplit(".", 1)[0] + "_index.html"
+
+
+def open_run(log_path: Any) -> RunView:
+    """Read the run at ``log_path`` with :func:`rllog.read_run` (a folder, URL, metrics file,
+    trainer_state.json or Storage).
+
+    Raises:
+        FileNotFoundError: nothing at ``log_path``. RunFormatError: not a run.
+    """
+    from rllog.doctor import nonfinite_cells
+
+    try:
+        from rllog.reader import read_run
+    except ImportError:  # TEMPORARY until the reader (issue #6 part A) is on main
+        return _open_run_fallback(log_path)
+    run = read_run(log_path)
+    folder = run.url.rstrip("/").rsplit("/", 1)[-1]
+    return RunView(
+        url=run.url,
+        storage=run.storage,
+        metrics=run.metrics,
+        nonfinite=nonfinite_cells(run.rows, step_key=run.step_key),
+        step_key=run.step_key,
+        config=run.config,
+        checkpoints=list(run.checkpoints),
+        reports=[
+            Report(a.iteration, a.split, a.eval_name, a.name)
+            for it in run.iterations
+            for a in it.artifacts
+            if a.kind == "html"
+        ],
+        warnings=list(run.warnings),
+        index_name=_index_name(run.metrics_name),
+        name=folder if run.metrics_name == "metrics.jsonl" else f"{folder}/{run.metrics_name}",
+    )
+
+
+def _reports_in(names: list[str]) -> list[Report]:
     out = []
     for name in names:
         parsed = parse_artifact_name(name)
@@ -55,7 +102,7 @@ def reports_in(names: list[str]) -> list[Report]:
     return sorted(out, key=lambda r: (r.iteration, r.split != "train", r.eval_name or "", r.name))
 
 
-def open_run(log_path: Any) -> RunView:
+def _open_run_fallback(log_path: Any) -> RunView:
     """Read the run at ``log_path`` (path, URL or Storage).
 
     Raises:
@@ -63,7 +110,7 @@ def open_run(log_path: Any) -> RunView:
     """
     import pandas as pd
 
-    from rllog.doctor import _nonfinite_in_jsonl
+    from rllog.doctor import nonfinite_cells
     from rllog.encoding import decode_json
 
     if isinstance(log_path, (str, os.PathLike)) and "://" not in os.fspath(log_path) and not os.path.isdir(log_path):
@@ -90,9 +137,10 @@ def open_run(log_path: Any) -> RunView:
         url=storage.url,
         storage=storage,
         metrics=metrics,
-        nonfinite=_nonfinite_in_jsonl(data),
+        nonfinite=nonfinite_cells(rows),
         config=config,
         checkpoints=checkpoints,
-        reports=reports_in(storage.list()),
+        reports=_reports_in(storage.list()),
         warnings=warnings,
+        name=storage.url.rstrip("/").rsplit("/", 1)[-1],
     )

@@ -61,12 +61,21 @@ def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     return out
 
 
-def _label(v: float) -> str:
+def _label(v: float, digits: int = 4) -> str:
     if v == 0:
         return "0"
     if abs(v) >= 1e5 or abs(v) < 1e-3:
-        return f"{v:.1e}".replace("e+0", "e").replace("e-0", "e-")
-    return f"{v:.4g}"
+        return f"{v:.{max(1, digits - 3)}e}".replace("e+0", "e").replace("e-0", "e-")
+    return f"{v:.{digits}g}"
+
+
+def tick_labels(values: list[float]) -> list[str]:
+    """Labels for tick ``values``: the fewest significant digits (3 to 8) that tell them apart."""
+    for digits in range(3, 9):
+        labels = [_label(v, digits) for v in values]
+        if len(set(labels)) == len(labels):
+            return labels
+    return labels
 
 
 def _thin(x: np.ndarray, y: np.ndarray, max_points: int) -> np.ndarray:
@@ -122,8 +131,12 @@ def line_chart(key: str, x: np.ndarray, y: np.ndarray, logged_bad: np.ndarray, x
     def py(v: float) -> float:
         return round(c.bottom - (v - ylo) / (yhi - ylo) * (c.bottom - c.top), 2)
 
-    c.xticks = [(px(v), _label(v)) for v in nice_ticks(xlo, xhi, 6)]
-    c.yticks = [(py(v), _label(v)) for v in nice_ticks(ylo, yhi, 5)]
+    xt = nice_ticks(xlo, xhi, 6)
+    if len(x) and bool(np.all(x == np.round(x))):  # integer steps: no tick at step 0.5
+        xt = [v for v in xt if abs(v - round(v)) < 1e-9]
+    yt = nice_ticks(ylo, yhi, 5)
+    c.xticks = list(zip(map(px, xt), tick_labels(xt)))
+    c.yticks = list(zip(map(py, yt), tick_labels(yt)))
     # split at logged NaN/Inf: segment ids increase after each bad value
     seg_id = np.cumsum(logged_bad)[finite]
     for sid in np.unique(seg_id):

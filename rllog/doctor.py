@@ -408,35 +408,19 @@ class _Doctor:
                      f"grew from {_fmt(kl_first)} to {_fmt(kl_last)} while {r.name} moved {_fmt(r_first)} -> {_fmt(r_last)}")
 
 
-def nonfinite_cells(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[int]]:
-    """``{metric: [step, ...]}`` of the NaN/±Inf float values in metric rows (dicts with ``"step"``).
+def nonfinite_cells(rows: Iterable[Mapping[str, Any]], step_key: str | None = "step") -> dict[str, list[int]]:
+    """``{metric: [step, ...]}`` of the NaN/±Inf float values in metric rows (dicts, e.g. ``Run.rows``).
 
     A missing key or ``null`` is not a NaN: only values the loop logged as NaN/Inf count.
-    Rows without an int ``step`` use their position.
+    Rows without an int ``step_key`` value use their position.
     """
     out: dict[str, list[int]] = {}
     for pos, row in enumerate(rows):
-        step = row.get("step", pos)
+        step = row.get(step_key, pos) if step_key else pos
         for key, value in row.items():
             if type(value) is float and not math.isfinite(value):
                 out.setdefault(key, []).append(step if isinstance(step, int) else pos)
     return out
-
-
-def _nonfinite_in_jsonl(data: bytes) -> dict[str, list[int]]:
-    """:func:`nonfinite_cells` of a metrics.jsonl, decoding only lines holding a NaN/Infinity token."""
-    from rllog.encoding import decode_json
-
-    if b"NaN" not in data and b"Infinity" not in data:
-        return {}
-    rows = []
-    for line in data.split(b"\n"):
-        if b"NaN" in line or b"Infinity" in line:
-            try:
-                rows.append(decode_json(line))
-            except ValueError:  # a torn or damaged line: the reader reports it
-                continue
-    return nonfinite_cells(r for r in rows if isinstance(r, dict))
 
 
 def diagnose(
@@ -444,12 +428,13 @@ def diagnose(
     thresholds: Thresholds | None = None,
     *,
     nonfinite: Mapping[str, Sequence[int]] | None = None,
+    step_key: str | None = "step",
 ) -> list[Finding]:
     """Check a metrics DataFrame for the stability signals of seed 003.
 
     Args:
-        metrics: one row per logged step (rows in logging order), a ``step`` column
-            (else the index is used), NaN where a key is missing. String columns are
+        metrics: one row per logged step (rows in logging order), a ``step_key``
+            column (else row positions are the steps), NaN where a key is missing. String columns are
             ignored; a column that mixes strings and numbers is checked on its numbers.
         thresholds: defaults to ``Thresholds()``.
         nonfinite: ``{metric: [step, ...]}`` where the loop logged NaN/±Inf (from
@@ -464,15 +449,15 @@ def diagnose(
     import pandas as pd
 
     t = thresholds or Thresholds()
-    if "step" in metrics.columns:
-        steps_all = pd.to_numeric(metrics["step"], errors="coerce").to_numpy(dtype=float)
+    if step_key in metrics.columns:
+        steps_all = pd.to_numeric(metrics[step_key], errors="coerce").to_numpy(dtype=float)
     else:
         steps_all = np.arange(len(metrics), dtype=float)
     steps_all = np.where(np.isfinite(steps_all), steps_all, np.arange(len(metrics)))
     series: dict[str, _Series] = {}
     nonfinite = {k: list(v) for k, v in (nonfinite or {}).items()}
     for col in metrics.columns:
-        if col == "step" or not isinstance(col, str):
+        if col == step_key or not isinstance(col, str):
             continue
         values = pd.to_numeric(metrics[col], errors="coerce").to_numpy(dtype=float)
         inf = np.isinf(values)
@@ -523,14 +508,14 @@ def _nonfinite_findings(nonfinite: Mapping[str, Sequence[int]]) -> list[Finding]
 def check_run(log_path: Any, thresholds: Thresholds | None = None) -> list[Finding]:
     """Read the run at ``log_path`` (a path, URL or Storage) and :func:`diagnose` its metrics.
 
-    NaN/Inf cells come from the NaN/Infinity tokens of metrics.jsonl, so a missing key
-    is never reported as NaN.
+    ``log_path`` may be anything :func:`rllog.read_run` reads (a run folder or URL, a
+    metrics JSONL file, a TRL trainer_state.json). NaN/Inf cells come from the values
+    logged as NaN/Infinity, so a missing key or a ``null`` is never reported as NaN.
 
     Raises:
-        FileNotFoundError: the run has no metrics.jsonl. RunFormatError: the file is not
-        metric rows (from the reader).
+        FileNotFoundError: nothing at ``log_path``. RunFormatError: not a run (from the reader).
     """
     from rllog._runsource import open_run
 
     run = open_run(log_path)
-    return diagnose(run.metrics, thresholds, nonfinite=run.nonfinite)
+    return diagnose(run.metrics, thresholds, nonfinite=run.nonfinite, step_key=run.step_key)

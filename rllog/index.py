@@ -49,12 +49,12 @@ def _flatten(value: Any, prefix: str = "") -> list[tuple[str, str]]:
     return [(prefix or "(config)", text)]
 
 
-def _numeric_columns(metrics: Any) -> dict[str, Any]:
+def _numeric_columns(metrics: Any, step_key: str | None) -> dict[str, Any]:
     import pandas as pd
 
     out = {}
     for col in metrics.columns:
-        if col == "step" or not isinstance(col, str):
+        if col == step_key or not isinstance(col, str):
             continue
         values = pd.to_numeric(metrics[col], errors="coerce")
         if values.notna().any():
@@ -89,11 +89,12 @@ def render_index(run: RunView, findings: list[Finding], *, thresholds: Threshold
 
     metrics = run.metrics
     n = len(metrics)
+    key = run.step_key
     steps = (
-        np.nan_to_num(np.asarray(metrics["step"], dtype=float), nan=-1.0)
-        if "step" in metrics.columns else np.arange(n, dtype=float)
+        np.nan_to_num(np.asarray(metrics[key], dtype=float), nan=-1.0)
+        if key in metrics.columns else np.arange(n, dtype=float)
     )
-    columns = _numeric_columns(metrics)
+    columns = _numeric_columns(metrics, key)
     worst: dict[str, str] = {}
     for f in reversed(findings):  # errors come first, so they win
         if f.metric:
@@ -107,7 +108,7 @@ def render_index(run: RunView, findings: list[Finding], *, thresholds: Threshold
             bad = np.isin(steps, np.asarray(run.nonfinite[col], dtype=float)) & ~np.isfinite(y)
         bad |= np.isinf(y)
         rows = np.isfinite(y) | bad
-        chart = line_chart(col, steps[rows], y[rows], bad[rows])
+        chart = line_chart(col, steps[rows], y[rows], bad[rows], x_label=key or "row")
         chart.flagged = worst.get(col, "")
         charts.append(chart)
     table = []
@@ -134,7 +135,8 @@ def render_index(run: RunView, findings: list[Finding], *, thresholds: Threshold
     template = environment().get_template("index.html")
     return template.render(
         url=run.url,
-        title=run.url.rstrip("/").rsplit("/", 1)[-1] or run.url,
+        title=run.name or run.url,
+        x_label=key or "row",
         generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         rows=n,
         first_step=int(finite_steps.min()) if len(finite_steps) else None,
@@ -156,8 +158,12 @@ def render_index(run: RunView, findings: list[Finding], *, thresholds: Threshold
 def write_index(log_path: Any, thresholds: Thresholds | None = None) -> tuple[str, list[Finding]]:
     """Read the run at ``log_path``, write ``index.html`` into it (atomically, through its Storage).
 
+    ``log_path`` is anything :func:`rllog.read_run` reads. Beside a single metrics file
+    the page is named after it (``arithmetic_index.html`` for ``arithmetic_metrics.jsonl``,
+    ``trainer_state_index.html`` for a TRL ``trainer_state.json``).
+
     Returns:
-        ``(url of index.html, the doctor's findings)``.
+        ``(URL of the page, the doctor's findings)``.
 
     Raises:
         FileNotFoundError: the run has no metrics.jsonl. OSError/StorageError: the page
@@ -167,8 +173,8 @@ def write_index(log_path: Any, thresholds: Thresholds | None = None) -> tuple[st
     from rllog.doctor import diagnose
 
     run = open_run(log_path)
-    findings = diagnose(run.metrics, thresholds, nonfinite=run.nonfinite)
+    findings = diagnose(run.metrics, thresholds, nonfinite=run.nonfinite, step_key=run.step_key)
     html = render_index(run, findings, thresholds=thresholds)
-    run.storage.write("index.html", html.encode("utf-8"))
+    run.storage.write(run.index_name, html.encode("utf-8"))
     run.storage.flush()
-    return f"{run.url.rstrip('/')}/index.html", findings
+    return f"{run.url.rstrip('/')}/{run.index_name}", findings

@@ -101,13 +101,13 @@ def plot_runs(
         raise ImportError("rllog plot needs matplotlib: pip install 'rllog[plot]'") from exc
 
     views = [open_run(r) for r in runs]
-    labels = _labels([v.url for v in views])
+    labels = _labels([v.url if v.index_name == "index.html" else f"{v.url}/{v.index_name}" for v in views])
     if x is None:
         x = "progress/batch" if all("progress/batch" in v.metrics.columns for v in views) else "step"
     lines: list[PlottedLine] = []
     for key in keys:
         if not any(key in v.metrics.columns for v in views):
-            numeric = [c for c in views[0].metrics.columns if c != "step"]
+            numeric = [c for c in views[0].metrics.columns if c != views[0].step_key]
             raise ValueError(f"no run has metric {key!r}; keys of {views[0].url}: {numeric[:40]}")
     with matplotlib.rc_context({"path.simplify": False, "svg.hashsalt": "rllog", "svg.fonttype": "none"}):
         fig = Figure(figsize=(width, panel_height * len(keys)), layout="constrained")
@@ -118,7 +118,7 @@ def plot_runs(
                 df = view.metrics
                 if key not in df.columns:
                     continue
-                x_key = x if x in df.columns else "step"
+                x_key = x if x in df.columns else (view.step_key or "row")
                 xs = pd.to_numeric(df[x_key], errors="coerce") if x_key in df.columns else pd.Series(np.arange(len(df)), dtype=float)
                 ys = pd.to_numeric(df[key], errors="coerce")
                 keep = ys.notna().to_numpy() | np.isin(np.arange(len(df)), _logged_bad_rows(view, key))
@@ -154,9 +154,9 @@ def _logged_bad_rows(view: Any, key: str) -> np.ndarray:
     import numpy as np
 
     steps = view.nonfinite.get(key)
-    if not steps or "step" not in view.metrics.columns:
+    if not steps or view.step_key not in view.metrics.columns:
         return np.zeros(0, dtype=np.int64)
-    return np.flatnonzero(view.metrics["step"].isin(steps).to_numpy())
+    return np.flatnonzero(view.metrics[view.step_key].isin(steps).to_numpy())
 
 
 def _write_bytes(out: str, data: bytes) -> None:
