@@ -46,12 +46,13 @@ class Chart:
 
 
 def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
-    """About ``n`` round tick values covering [lo, hi] (steps of 1, 2 or 5 x 10^k)."""
+    """Round tick values inside [lo, hi]: steps of 1, 2 or 5 x 10^k, the smallest giving at most
+    ``n`` intervals (so 2 to n + 1 ticks)."""
     if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo:
         return [lo] if math.isfinite(lo) else []
     raw = (hi - lo) / max(1, n - 1)
     mag = 10 ** math.floor(math.log10(raw))
-    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+    step = next(m * mag for m in (1, 2, 5, 10) if (hi - lo) / (m * mag) <= n)  # at most n intervals
     first = math.ceil(lo / step - 1e-9) * step
     out = []
     k = 0
@@ -64,14 +65,16 @@ def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
 def _label(v: float, digits: int = 4) -> str:
     if v == 0:
         return "0"
+    if abs(v) < 1e5 and v == round(v):
+        return str(int(round(v)))
     if abs(v) >= 1e5 or abs(v) < 1e-3:
-        return f"{v:.{max(1, digits - 3)}e}".replace("e+0", "e").replace("e-0", "e-")
+        return f"{v:.{max(1, digits - 2)}e}".replace("e+0", "e").replace("e-0", "e-")
     return f"{v:.{digits}g}"
 
 
 def tick_labels(values: list[float]) -> list[str]:
-    """Labels for tick ``values``: the fewest significant digits (3 to 8) that tell them apart."""
-    for digits in range(3, 9):
+    """Labels for tick ``values``: the fewest significant digits (3 to 16) that tell them apart."""
+    for digits in range(3, 17):
         labels = [_label(v, digits) for v in values]
         if len(set(labels)) == len(labels):
             return labels

@@ -10,6 +10,8 @@ from html.parser import HTMLParser
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from _doctor_runs import REALDATA, healthy_rows, planted, real_runs, write_run
 from rllog.cli import main
@@ -143,3 +145,34 @@ def test_index_of_every_real_run(tmp_path):
     assert 'href="./train_iteration_000000.html"' in html and 'href="./eval_test_iteration_000000.html"' in html
     assert html.count("tinker://e38e0fcc") == 2 * 23  # state_path and sampler_path of 23 checkpoints
     assert 'data-key="env/all/reward/total" data-points="113"' in html
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(-1e9, 1e9), st.floats(1e-9, 1e9))
+def test_ticks_cover_the_range_with_distinct_labels(lo, span):
+    from rllog._svgchart import nice_ticks, tick_labels
+
+    hi = lo + span
+    ticks = nice_ticks(lo, hi, 5)
+    if hi == lo:  # span lost to float rounding
+        return
+    assert 2 <= len(ticks) <= 11
+    tol = 1e-9 * span + 1e-12 * max(abs(lo), abs(hi))  # float rounding only
+    assert all(lo - tol <= t <= hi + tol for t in ticks)
+    labels = tick_labels(ticks)
+    assert len(set(labels)) == len(labels) or span < 1e-6 * abs(lo)
+
+
+@pytest.mark.skipif(not REALDATA.is_dir(), reason=f"real data folder missing: {REALDATA}")
+def test_index_beside_single_metrics_files(tmp_path):
+    pytest.importorskip("rllog.reader", reason="single-file runs are read by rllog.read_run (issue #6 part A)")
+    src = REALDATA / "tinker/arvindcr4__tinker-rl-lab/experiments/results"
+    for name in ("arithmetic_metrics.jsonl", "arithmetic_checkpoints.jsonl", "distillation_on_metrics.jsonl"):
+        shutil.copyfile(src / name, tmp_path / name)
+    url, findings = write_index(tmp_path / "arithmetic_metrics.jsonl")
+    assert url == f"{tmp_path}/arithmetic_index.html" and [f.check for f in findings] == ["entropy_collapse"]
+    html = (tmp_path / "arithmetic_index.html").read_text()
+    assert "6 checkpoints" in html and 'data-key="optim/entropy" data-points="100"' in html
+    shutil.copyfile(REALDATA / "trl/Rusheel86__Chaos-Economy/trainer_state.json", tmp_path / "trainer_state.json")
+    url, findings = write_index(tmp_path / "trainer_state.json")
+    assert url.endswith("/trainer_state_index.html") and "clipped_completions" in {f.check for f in findings}
