@@ -15,6 +15,7 @@ from rllog.doctor import Finding, Thresholds, check_run, diagnose
 from rllog.errors import ConfigError, RllogError, RunFormatError, StorageError, StoragePermanentError
 from rllog.index import write_index
 from rllog.plot import plot_runs
+from rllog.reader import MetricsTail, Run, read_run
 from rllog.run_logger import RunLogger
 from rllog.storage import FsspecStorage, LocalStorage, Storage, open_storage
 
@@ -23,6 +24,9 @@ __version__ = "0.1.0"
 __all__ = [
     "RunLogger",
     "ResumeState",
+    "read_run",
+    "Run",
+    "MetricsTail",
     "load_config",
     "Storage",
     "LocalStorage",

@@ -165,7 +165,6 @@ def test_ticks_cover_the_range_with_distinct_labels(lo, span):
 
 @pytest.mark.skipif(not REALDATA.is_dir(), reason=f"real data folder missing: {REALDATA}")
 def test_index_beside_single_metrics_files(tmp_path):
-    pytest.importorskip("rllog.reader", reason="single-file runs are read by rllog.read_run (issue #6 part A)")
     src = REALDATA / "tinker/arvindcr4__tinker-rl-lab/experiments/results"
     for name in ("arithmetic_metrics.jsonl", "arithmetic_checkpoints.jsonl", "distillation_on_metrics.jsonl"):
         shutil.copyfile(src / name, tmp_path / name)
