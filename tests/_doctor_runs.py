@@ -84,8 +84,8 @@ def real_runs(tmp_path: Path) -> dict[str, Path]:
     """Every real metrics file as a run folder under ``tmp_path`` (originals are only read).
 
     tinker/extra JSONL files are copied as metrics.jsonl (with their sibling config.json,
-    checkpoints.jsonl and HTML reports); TRL trainer_state.json log_history rows become
-    metrics.jsonl rows (``step`` first, NaN tokens kept).
+    checkpoints.jsonl and HTML reports); TRL trainer_state.json files and TensorBoard event
+    folders are imported with rllog's importers.
     """
     runs: dict[str, Path] = {}
     for i, src in enumerate(sorted(REALDATA.rglob("*.jsonl"))):
@@ -101,8 +101,12 @@ def real_runs(tmp_path: Path) -> dict[str, Path]:
         elif (ck := src.with_name(src.name.replace("metrics", "checkpoints"))).exists():
             shutil.copyfile(ck, dst / "checkpoints.jsonl")
         runs[str(src.relative_to(REALDATA))] = dst
+    from rllog.importers import import_tensorboard, import_trl
+
     for i, src in enumerate(sorted(REALDATA.rglob("trainer_state.json"))):
-        history = json.loads(src.read_text())["log_history"]
-        rows = [{"step": r["step"], **{k: v for k, v in r.items() if k != "step"}} for r in history]
-        runs[str(src.relative_to(REALDATA))] = write_run(tmp_path / f"trl{i:02d}", rows)
+        import_trl(src, tmp_path / f"trl{i:02d}")
+        runs[str(src.relative_to(REALDATA))] = tmp_path / f"trl{i:02d}"
+    for i, events in enumerate(sorted({p.parent for p in REALDATA.rglob("events.out.tfevents.*")})):
+        import_tensorboard(events, tmp_path / f"tb{i:02d}")
+        runs[str(events.relative_to(REALDATA))] = tmp_path / f"tb{i:02d}"
     return runs

@@ -180,6 +180,9 @@ def test_real_runs(tmp_path):
     # reward-only GRPO with sampler/trainer KL 0.04-0.58 on steps 2-7 (others stay near 1e-3)
     kl = [f for f in by("exp4_reward_only") if f.check == "kl_large" and f.metric == "optim/kl_sample_train_v2"]
     assert kl and kl[0].steps[0] == (2, 7) and kl[0].value == pytest.approx(0.579151, abs=1e-6)
+    # the TensorBoard events of the stage-2 run agree with its trainer_state.json: per-token kl ~1-1.6
+    tb = [f.metric for f in by("threestage/stage2_output/logs") if f.check == "kl_large"]
+    assert tb == ["kl"] and [f.metric for f in by("checkpoint-160") if f.check == "kl_large"] == ["kl"]
     # healthy real runs stay quiet (no noise from single-step excursions)
     for quiet in ("logs_v2p7", "gptoss-20b-v2", "qwen3-30b-instruct", "checkpoint-400"):
         assert [f for f in by(quiet) if f.severity != "info"] == [], quiet
