@@ -49,10 +49,10 @@ def main() -> None:
             shutil.copyfile(src, run / "metrics.jsonl")
             view = open_run(run)
             print(f"{label}: {len(view.metrics)} rows x {view.metrics.shape[1]} columns")
-            print(f"  read run       {median_ms(lambda: open_run(run)):8.1f} ms")
-            print(f"  diagnose only  {median_ms(lambda: diagnose(view.metrics, nonfinite=view.nonfinite)):8.1f} ms")
-            print(f"  check_run      {median_ms(lambda: check_run(run)):8.1f} ms")
-            print(f"  write_index    {median_ms(lambda: write_index(run)):8.1f} ms  "
+            print(f"  read run       {median_ms(lambda run=run: open_run(run)):8.1f} ms")
+            print(f"  diagnose only  {median_ms(lambda view=view: diagnose(view.metrics, nonfinite=view.nonfinite)):8.1f} ms")
+            print(f"  check_run      {median_ms(lambda run=run: check_run(run)):8.1f} ms")
+            print(f"  write_index    {median_ms(lambda run=run: write_index(run)):8.1f} ms  "
                   f"({(run / 'index.html').stat().st_size / 1024:.0f} KiB page)")
 
 

@@ -66,7 +66,7 @@ def _label(v: float, digits: int = 4) -> str:
     if v == 0:
         return "0"
     if abs(v) < 1e5 and v == round(v):
-        return str(int(round(v)))
+        return str(round(v))
     if abs(v) >= 1e5 or abs(v) < 1e-3:
         return f"{v:.{max(1, digits - 2)}e}".replace("e+0", "e").replace("e-0", "e-")
     return f"{v:.{digits}g}"
@@ -153,6 +153,6 @@ def line_chart(key: str, x: np.ndarray, y: np.ndarray, logged_bad: np.ndarray, x
         else:
             c.paths.append("M" + " L".join(f"{a} {b}" for a, b in pts))
     for xv, yv in zip(x[logged_bad], y[logged_bad]):
-        what = "NaN" if yv != yv else ("Infinity" if yv > 0 else "-Infinity")
+        what = "NaN" if math.isnan(yv) else ("Infinity" if yv > 0 else "-Infinity")
         c.gaps.append((px(float(xv)), f"{what} at {x_label} {_label(float(xv))}"))
     return c

@@ -69,7 +69,7 @@ if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
-__all__ = ["Thresholds", "Finding", "diagnose", "check_run", "nonfinite_cells", "SEVERITIES"]
+__all__ = ["SEVERITIES", "Finding", "Thresholds", "check_run", "diagnose", "nonfinite_cells"]
 
 #: severity levels, mildest first
 SEVERITIES = ("info", "warning", "error")
@@ -240,7 +240,7 @@ _ADVICE = {
 
 
 def _canonical(column: str) -> str:
-    return column[len("train/") :] if column.startswith("train/") else column
+    return column.removeprefix("train/")
 
 
 def _ranges(steps: np.ndarray, idx: np.ndarray) -> list[tuple[int, int]]:
@@ -281,7 +281,7 @@ def _persistent(mask: np.ndarray, persist: int) -> np.ndarray:
 class _Series:
     """One metric's logged finite values ``v`` at steps ``steps`` (rows where it is missing dropped)."""
 
-    __slots__ = ("name", "v", "steps")
+    __slots__ = ("name", "steps", "v")
 
     def __init__(self, name: str, v: np.ndarray, steps: np.ndarray) -> None:
         self.name, self.v, self.steps = name, v, steps

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from rllog._runsource import RunView
     from rllog.doctor import Finding, Thresholds
 
-__all__ = ["render_index", "write_index", "MAIN_METRICS"]
+__all__ = ["MAIN_METRICS", "render_index", "write_index"]
 
 #: metrics charted first when present (after stripping a leading ``train/``), in this order
 MAIN_METRICS = (
@@ -65,7 +65,7 @@ def _numeric_columns(metrics: Any, step_key: str | None) -> dict[str, Any]:
 def _choose(columns: list[str], flagged: set[str]) -> list[str]:
     """Metrics to chart: known main metrics in MAIN_METRICS order, then the doctor's flagged ones;
     at most _MAX_CHARTS unless more are flagged (flagged metrics are always charted)."""
-    canon = {c: (c[len("train/") :] if c.startswith("train/") else c) for c in columns}
+    canon = {c: (c.removeprefix("train/")) for c in columns}
     rank = {m: i for i, m in enumerate(MAIN_METRICS)}
     ordered = sorted((c for c in columns if canon[c] in rank), key=lambda c: rank[canon[c]])
     ordered += [c for c in columns if c in flagged and c not in ordered]

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["plot_runs", "PlottedLine", "FORMATS"]
+__all__ = ["FORMATS", "PlottedLine", "plot_runs"]
 
 #: output formats by file suffix
 FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}

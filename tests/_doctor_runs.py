@@ -31,7 +31,7 @@ def healthy_rows(n: int = 40, seed: int = 0) -> list[dict]:
     rows = []
     for i in range(n):
         f = i / (n - 1)
-        noise = lambda s: rng.gauss(0, s)  # noqa: E731
+        noise = lambda s: rng.gauss(0, s)
         reward = 0.2 + 0.6 * f + noise(0.03)
         rows.append({
             "step": i,

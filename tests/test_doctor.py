@@ -7,9 +7,9 @@ import math
 
 import pandas as pd
 import pytest
+from _doctor_runs import REALDATA, healthy_rows, planted, real_runs, write_run
 from click.testing import CliRunner
 
-from _doctor_runs import REALDATA, healthy_rows, planted, real_runs, write_run
 from rllog.cli import main
 from rllog.doctor import Thresholds, check_run, diagnose, nonfinite_cells
 
@@ -166,7 +166,7 @@ def test_real_runs(tmp_path):
     runs = real_runs(tmp_path)
     assert len(runs) >= 24
     results = {name: check_run(path) for name, path in runs.items()}
-    by = lambda part: next(v for k, v in results.items() if part in k)  # noqa: E731
+    by = lambda part: next(v for k, v in results.items() if part in k)
     # checked by hand: every completion is truncated in the late rows (SOURCES.md)
     clipped = _only(by("Rusheel86"), "clipped_completions")[0]
     assert clipped.metric == "completions/clipped_ratio" and clipped.value == 1.0

@@ -9,11 +9,11 @@ import subprocess
 from html.parser import HTMLParser
 
 import pytest
+from _doctor_runs import REALDATA, healthy_rows, planted, real_runs, write_run
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from _doctor_runs import REALDATA, healthy_rows, planted, real_runs, write_run
 from rllog.cli import main
 from rllog.index import write_index
 

@@ -10,9 +10,9 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pandas as pd
 import pytest
+from _doctor_runs import REALDATA, healthy_rows, write_run
 from click.testing import CliRunner
 
-from _doctor_runs import REALDATA, healthy_rows, write_run
 from rllog.cli import main
 from rllog.plot import plot_runs
 
@@ -102,4 +102,5 @@ def test_real_runs_overlaid(tmp_path):
         runs.append(tmp_path / name)
     lines = plot_runs(runs, ["env/all/reward/total", "test/env/all/reward/total"], tmp_path / "p.svg", smooth=5)
     assert [len(l.y) for l in lines] == [29, 113, 3, 23]  # eval rows are sparse: only rows that have them
-    assert all(len(sum(_svg_lines(tmp_path / "p.svg")[l.gid], [])) == len(l.y) for l in lines)
+    drawn = _svg_lines(tmp_path / "p.svg")
+    assert [sum(map(len, drawn[l.gid])) for l in lines] == [len(l.y) for l in lines]
