@@ -12,7 +12,10 @@ from __future__ import annotations
 from rllog import logtree
 from rllog.checkpoints import ResumeState
 from rllog.config import load_config
+from rllog.doctor import Finding, Thresholds, check_run, diagnose
 from rllog.errors import ConfigError, RllogError, RunFormatError, StorageError, StoragePermanentError
+from rllog.index import write_index
+from rllog.plot import plot_runs
 from rllog.reader import MetricsTail, Run, read_run
 from rllog.run_logger import RunLogger
 from rllog.storage import FsspecStorage, LocalStorage, Storage, open_storage
@@ -36,4 +39,11 @@ __all__ = [
     "StoragePermanentError",
     "ConfigError",
     "RunFormatError",
+    # looking at runs: stability doctor, index page, plots
+    "check_run",
+    "diagnose",
+    "Thresholds",
+    "Finding",
+    "write_index",
+    "plot_runs",
 ]

@@ -182,3 +182,122 @@ def import_tensorboard_cmd(events_dir: str, out: str, force: bool) -> None:
 
 
 # --- end of reading runs ------------------------------------------------------------------------
+
+
+# ---------------------------------------------------------------------------
+# doctor, index, plot: stability checks and pictures of a run (rllog.doctor,
+# rllog.index, rllog.plot). Exit codes of `rllog doctor`:
+#   0  no finding at or above --fail-on (default: warning)
+#   1  at least one finding at or above --fail-on
+#   2  bad usage, or the run could not be read (no metrics.jsonl, bad thresholds)
+# ---------------------------------------------------------------------------
+
+
+class _UnreadableRun(click.ClickException):
+    exit_code = 2
+
+
+_THRESHOLD_HELP = "Change a threshold, e.g. --set ratio_high=3 (repeatable). Names: see `rllog doctor --list-thresholds`."
+
+
+def _thresholds(config: str | None, overrides: tuple[str, ...]):
+    from rllog.doctor import Thresholds
+
+    try:
+        base = Thresholds.from_file(config) if config else Thresholds()
+        return base.with_overrides(overrides) if overrides else base
+    except (OSError, ValueError) as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def _list_thresholds(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    import msgspec
+
+    from rllog.doctor import Thresholds
+
+    for name, default in msgspec.structs.asdict(Thresholds()).items():
+        click.echo(f"{name} = {default}")
+    ctx.exit(0)
+
+
+@main.command()
+@click.argument("run")
+@click.option("--json", "as_json", is_flag=True, help="Print the findings as one JSON object (for scripts).")
+@click.option("--set", "overrides", multiple=True, metavar="NAME=VALUE", help=_THRESHOLD_HELP)
+@click.option("--config", type=click.Path(exists=True, dir_okay=False), help="JSON or TOML file with thresholds.")
+@click.option("--fail-on", type=click.Choice(["warning", "error", "never"]), default="warning", show_default=True,
+              help="Lowest severity that makes the exit code 1.")
+@click.option("--list-thresholds", is_flag=True, expose_value=False, is_eager=True, callback=_list_thresholds,
+              help="Print every threshold and its default, then exit.")
+def doctor(run: str, as_json: bool, overrides: tuple[str, ...], config: str | None, fail_on: str) -> None:
+    """Check RUN's metrics for the instability signals of PPO/GRPO training.
+
+    Ratio far from 1, high clip fractions and approx KL, negative or large KL, value
+    loss spikes, entropy collapsing or rising, truncated completions, reward flat while
+    KL grows, NaN/Inf. Each finding names the metric, the steps, the value, the
+    threshold and what to try.
+
+    Exit codes: 0 nothing at or above --fail-on, 1 findings at or above it, 2 bad
+    usage or an unreadable run.
+    """
+    import json
+
+    from rllog.doctor import check_run
+
+    t = _thresholds(config, overrides)
+    try:
+        findings = check_run(run, t)
+    except (OSError, ValueError) as exc:
+        raise _UnreadableRun(f"cannot read run {run}: {exc}") from None
+    levels = {"warning": ("warning", "error"), "error": ("error",), "never": ()}[fail_on]
+    failed = any(f.severity in levels for f in findings)
+    if as_json:
+        click.echo(json.dumps({"run": run, "ok": not failed, "findings": [f.to_dict() for f in findings]}, indent=2))
+    elif not findings:
+        click.echo(f"{run}: no problems found")
+    else:
+        styles = {"error": "red", "warning": "yellow", "info": "blue"}
+        for f in findings:
+            click.echo(click.style(f"{f.severity.upper():8}", fg=styles[f.severity], bold=True) + f" {f.message}")
+            click.echo(f"         try: {f.advice}")
+    if failed:
+        raise SystemExit(1)
+
+
+@main.command()
+@click.argument("run")
+@click.option("--set", "overrides", multiple=True, metavar="NAME=VALUE", help=_THRESHOLD_HELP)
+@click.option("--config", type=click.Path(exists=True, dir_okay=False), help="JSON or TOML file with doctor thresholds.")
+def index(run: str, overrides: tuple[str, ...], config: str | None) -> None:
+    """Write RUN/index.html: charts, doctor findings, config, checkpoints, iteration reports.
+
+    The page is self-contained (no scripts, no network requests); open it in a browser.
+    """
+    from rllog.index import write_index
+
+    try:
+        url, findings = write_index(run, _thresholds(config, overrides))
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(f"cannot write the index of {run}: {exc}") from None
+    problems = sum(f.severity != "info" for f in findings)
+    click.echo(f"wrote {url}" + (f" ({problems} doctor findings)" if problems else ""))
+
+
+@main.command()
+@click.argument("runs", nargs=-1, required=True)
+@click.option("-k", "--key", "keys", multiple=True, required=True, help="Metric to plot (repeatable; one panel each).")
+@click.option("-o", "--out", required=True, help="Output file: .png, .svg or .pdf (a path or URL).")
+@click.option("--x", "x", default=None, help="x axis: progress/batch or step [default: progress/batch if every run has it].")
+@click.option("--smooth", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Trailing rolling mean over N logged values; raw values drawn faintly behind.")
+def plot(runs: tuple[str, ...], keys: tuple[str, ...], out: str, x: str | None, smooth: int) -> None:
+    """Line charts of metrics KEYs from one or more RUNS, overlaid (needs the `plot` extra)."""
+    from rllog.plot import plot_runs
+
+    try:
+        lines = plot_runs(list(runs), list(keys), out, x=x, smooth=smooth)
+    except (OSError, ValueError, ImportError) as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"wrote {out} ({len(lines)} lines)")

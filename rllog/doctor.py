@@ -1,0 +1,521 @@
+"""The stability doctor: checks a run's metrics for the signals seed 003 names.
+
+Seed 003 (``shared/seeds/003_…``, the TRL logging guide for PPO and GRPO) lists the
+metrics to watch when RL training goes wrong; this module turns each into a check on
+a metrics DataFrame (one row per logged step, a ``step`` column, NaN for a missing
+key). Keys are matched exactly, after removing a leading ``train/`` (TensorBoard
+imports); eval keys (``eval_*``, ``eval/*``, ``test/*``) are only checked for NaN/Inf.
+
+======================  ==========================================  =========  =======  ==========================================
+check                   metrics                                     default    level    source / why
+======================  ==========================================  =========  =======  ==========================================
+``ratio``               ``val/ratio``                               > 2.0 or   error    seed 003: "should float around 1.0; too
+                                                                    < 0.5                high (e.g. 2.0 or 1000.0) or too small
+                                                                                         (e.g. 0.1) means updates between
+                                                                                         consecutive policies are too drastic"
+``clip_fraction``       ``policy/clipfrac_avg``, ``clip_ratio``,    > 0.3      warning  seed 003: high clipfrac follows a high
+                        ``clip_ratio/{low,high,region}_mean``                            ratio; very high clip_ratio/* means the
+                                                                                         policy tries too drastic changes
+``approx_kl``           ``policy/approxkl_avg``                     > 0.1      warning  seed 003 (rises with the ratio); PPO
+                                                                                         target_kl is usually 0.01–0.05
+``kl_negative``         ``objective/kl``, ``kl``,                   < -0.01    error    seed 003: objective/kl "should stay
+                        ``[optim/]kl_sample_train_v1/v2``                                positive"
+``kl_large``            ``kl`` (per token)                          > 1.0      warning  seed 003: "ideally not too large, so the
+                        ``objective/kl`` (summed over tokens)       > 30.0               policy does not drift far from the
+                        ``[optim/]kl_sample_train_v1/v2``           > 0.03               reference"; sampler/trainer KL is
+                                                                                         ~1e-3 on healthy real tinker runs,
+                                                                                         ~1e-2 with num_substeps > 1
+``value_loss_spike``    ``loss/value_avg``                          10x        warning  seed 003: "spikes or becomes NaN when
+                                                                    median of            training goes badly"
+                                                                    previous 10
+``entropy_collapse``    ``objective/entropy``,                      < 0.05 and warning  seed 003: entropy collapse means the
+                        ``policy/entropy_avg``, ``entropy``,        < 20% of             policy became too confident too early,
+                        ``optim/entropy``                           its start            hurting exploration
+``entropy_rise``        same                                        > 3x its   warning  seed 003: watch for divergence; rising
+                                                                    start                entropy means the policy gets random
+``clipped_completions`` ``completions/clipped_ratio``               > 0.3      warning  seed 003: many completions truncated at
+                                                                                         max_completion_length, no EOS
+``reward_flat_kl_grows`` reward (``objective/rlhf_reward``,         see below  warning  seed 003: reward should rise; KL should
+                        ``objective/scores``, ``reward``,                                not grow far. KL median of the last
+                        ``env/all/reward/total``) and KL                                 quarter > 2x the first quarter's (and
+                                                                                         +0.01), reward rose < 0.5 std
+``nonfinite``           every numeric column                        any        error*   seed 003: value loss "becomes NaN"
+                                                                    NaN/Inf              (* warning for non-core metrics)
+======================  ==========================================  =========  =======  ==========================================
+
+Threshold checks fire only when the value is past the threshold on ``persist`` (3)
+consecutive logged values of that metric, so one noisy step on a real run is not a
+finding; NaN/Inf and value-loss spikes fire on one value. "Start" is the median of
+the first ``baseline_rows`` (5) logged values. Every threshold is a field of
+:class:`Thresholds`; change them with ``Thresholds(ratio_high=3.0)``,
+:meth:`Thresholds.with_overrides` (``rllog doctor --set ratio_high=3``) or a JSON/TOML
+file (``--config``).
+
+Severity levels: ``error`` (training is numerically broken or updates are far too
+large), ``warning`` (likely a problem, look at it), ``info`` (nothing checkable).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import msgspec
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+__all__ = ["SEVERITIES", "Finding", "Thresholds", "check_run", "diagnose", "nonfinite_cells"]
+
+#: severity levels, mildest first
+SEVERITIES = ("info", "warning", "error")
+Severity = Literal["info", "warning", "error"]
+
+
+class Thresholds(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The numbers the doctor compares against; defaults and sources in the module docstring.
+
+    KL values are nats (per token unless noted); ratios and fractions are unitless;
+    ``persist``, ``spike_window``, ``baseline_rows`` and ``trend_min_rows`` count logged
+    values of one metric (rows where it is missing do not count).
+
+    Raises:
+        ValueError: from ``__post_init__`` if a count is < 1 or a factor is <= 0.
+    """
+
+    persist: int = 3
+    ratio_high: float = 2.0
+    ratio_low: float = 0.5
+    clipfrac_high: float = 0.3
+    approxkl_high: float = 0.1
+    kl_negative: float = -0.01
+    kl_high: float = 1.0
+    seq_kl_high: float = 30.0
+    sample_train_kl_high: float = 0.03
+    value_loss_spike: float = 10.0
+    spike_window: int = 10
+    entropy_floor: float = 0.05
+    entropy_collapse_frac: float = 0.2
+    entropy_rise_factor: float = 3.0
+    baseline_rows: int = 5
+    clipped_completions_high: float = 0.3
+    trend_min_rows: int = 20
+    kl_growth_factor: float = 2.0
+    kl_growth_min: float = 0.01
+    reward_flat_z: float = 0.5
+
+    def __post_init__(self) -> None:
+        for name in ("persist", "spike_window", "baseline_rows", "trend_min_rows"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"threshold {name} must be >= 1, got {getattr(self, name)}")
+        for name in ("value_loss_spike", "entropy_rise_factor", "kl_growth_factor", "ratio_high", "ratio_low"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"threshold {name} must be > 0, got {getattr(self, name)}")
+
+    def with_overrides(self, overrides: Mapping[str, Any] | Iterable[str]) -> Thresholds:
+        """A copy with some fields changed: a mapping, or ``"name=value"`` strings (CLI ``--set``).
+
+        Raises:
+            ValueError: unknown name, a string without ``=``, or a value of the wrong type
+                (the message lists the valid names).
+        """
+        if not isinstance(overrides, Mapping):
+            pairs = {}
+            for item in overrides:
+                name, sep, value = item.partition("=")
+                if not sep:
+                    raise ValueError(f"threshold override must look like name=value, got {item!r}")
+                pairs[name.strip()] = value.strip()
+            overrides = pairs
+        fields = msgspec.structs.asdict(self)
+        unknown = sorted(set(overrides) - set(fields))
+        if unknown:
+            raise ValueError(f"unknown threshold(s) {unknown}; valid names: {sorted(fields)}")
+        fields.update(overrides)
+        try:
+            return msgspec.convert(fields, Thresholds, strict=False)
+        except msgspec.ValidationError as exc:
+            raise ValueError(f"bad threshold value: {exc}") from None
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> Thresholds:
+        """Read thresholds from a JSON or TOML file (by suffix) holding some of the fields.
+
+        Raises:
+            OSError: the file cannot be read. ValueError: bad content (unknown name, wrong type).
+        """
+        data = Path(path).read_bytes()
+        try:
+            if str(path).endswith(".toml"):
+                return msgspec.toml.decode(data, type=cls)
+            return msgspec.json.decode(data, type=cls)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise ValueError(f"{path}: {exc}") from None
+
+
+class Finding(msgspec.Struct, frozen=True, kw_only=True):
+    """One problem the doctor found.
+
+    ``steps`` holds ``[first, last]`` step ranges where the condition held; ``value``
+    is the worst value seen there (NaN/Inf for the ``nonfinite`` check); ``threshold``
+    says what it was compared with, e.g. ``"> 2.0 for 3 steps"``.
+    """
+
+    check: str
+    severity: Severity
+    metric: str
+    steps: list[tuple[int, int]]
+    value: float
+    threshold: str
+    message: str
+    advice: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """A strict-JSON-able dict; a non-finite ``value`` becomes the string ``"NaN"``/``"Infinity"``/``"-Infinity"``."""
+        out = msgspec.structs.asdict(self)
+        out["steps"] = [list(r) for r in self.steps]
+        if not math.isfinite(self.value):
+            out["value"] = "NaN" if self.value != self.value else ("Infinity" if self.value > 0 else "-Infinity")
+        return out
+
+    def steps_text(self, limit: int = 6) -> str:
+        """The step ranges as ``"3-7, 12"``, at most ``limit`` ranges then ``"(+N more)"``."""
+        parts = [f"{a}" if a == b else f"{a}-{b}" for a, b in self.steps[:limit]]
+        if len(self.steps) > limit:
+            parts.append(f"(+{len(self.steps) - limit} more)")
+        return ", ".join(parts)
+
+
+# Metric families: exact key names (after stripping a leading "train/").
+_RATIO = ("val/ratio",)
+_CLIPFRAC = ("policy/clipfrac_avg", "clip_ratio", "clip_ratio/region_mean", "clip_ratio/low_mean", "clip_ratio/high_mean")
+_APPROXKL = ("policy/approxkl_avg",)
+_TOKEN_KL = ("kl",)
+_SEQ_KL = ("objective/kl",)
+_SAMPLE_KL = (
+    "optim/kl_sample_train_v1",
+    "optim/kl_sample_train_v2",
+    "kl_sample_train_v1",
+    "kl_sample_train_v2",
+)
+_VALUE_LOSS = ("loss/value_avg",)
+_ENTROPY = ("objective/entropy", "policy/entropy_avg", "entropy", "optim/entropy")
+_CLIPPED = ("completions/clipped_ratio",)
+_REWARD = ("objective/rlhf_reward", "objective/scores", "reward", "env/all/reward/total")
+_CORE = set(_RATIO + _CLIPFRAC + _APPROXKL + _TOKEN_KL + _SEQ_KL + _SAMPLE_KL + _VALUE_LOSS + _ENTROPY + _REWARD)
+_CORE.update({"loss", "loss/policy_avg", "grad_norm", "optim/lr", "learning_rate"})
+
+_ADVICE = {
+    "ratio": "updates between consecutive policies are too drastic: lower the learning rate, run fewer PPO "
+    "epochs/minibatch passes per batch, and check that the old logprobs come from the policy that sampled",
+    "clip_fraction": "the clip limits many updates: lower the learning rate or the epochs per batch, normalise or "
+    "clip advantages; if the ratio stays near 1, the clip range (epsilon) may be too tight",
+    "approx_kl": "consecutive policies differ a lot: lower the learning rate, run fewer optimisation epochs per "
+    "batch, or stop a batch early at a target KL",
+    "kl_negative": "a KL estimate that stays below 0 means policy and reference logprobs are not comparable: check "
+    "that both score the same tokens with the same temperature, masking and chat template",
+    "kl_large": "the policy drifts far from the reference: raise the KL coefficient (beta) or lower the learning rate",
+    "kl_large_sample": "sampler and trainer disagree on the logprobs of the same tokens (stale or off-policy samples, "
+    "or a numerics/temperature mismatch): sync weights before sampling, match the sampling temperature, "
+    "reduce staleness",
+    "value_loss_spike": "the value function is unstable: lower the value learning rate or vf_coef, clip value "
+    "updates (cliprange_value), normalise or whiten rewards",
+    "entropy_collapse": "the policy became (nearly) deterministic, which stops exploration: raise the sampling "
+    "temperature, add an entropy bonus, lower the learning rate, and check whether it found a single "
+    "answer that games the reward",
+    "entropy_rise": "the policy is getting more random: lower the learning rate, check the sign of the loss and "
+    "the advantage normalisation; rising entropy often comes before gibberish outputs",
+    "clipped_completions": "many completions hit max_completion_length without an EOS: raise "
+    "max_completion_length, penalise overlong answers, or check that the chat template ends with EOS",
+    "reward_flat_kl_grows": "the policy moves away from the reference without gaining reward: raise the KL "
+    "coefficient, lower the learning rate, and check that the reward is informative and not being gamed",
+    "nonfinite": "training diverged numerically: look at the steps just before, lower the learning rate, enable "
+    "gradient clipping, guard log(0) and division by zero in rewards and losses, compute the loss in fp32",
+    "no_metrics": "log the stability metrics of seed 003 (entropy, KL, clip fractions) to get real checks",
+}
+
+
+def _canonical(column: str) -> str:
+    return column.removeprefix("train/")
+
+
+def _ranges(steps: np.ndarray, idx: np.ndarray) -> list[tuple[int, int]]:
+    """``[first, last]`` step ranges of runs of consecutive positions in ``idx``."""
+    out: list[tuple[int, int]] = []
+    start = prev = None
+    for i in idx.tolist():
+        if prev is not None and i == prev + 1:
+            prev = i
+            continue
+        if start is not None:
+            out.append((int(steps[start]), int(steps[prev])))
+        start = prev = i
+    if start is not None:
+        out.append((int(steps[start]), int(steps[prev])))
+    return out
+
+
+def _persistent(mask: np.ndarray, persist: int) -> np.ndarray:
+    """Positions of ``mask`` that belong to a run of at least ``persist`` consecutive Trues."""
+    import numpy as np
+
+    keep = np.zeros(len(mask), dtype=bool)
+    i, n = 0, len(mask)
+    while i < n:
+        if mask[i]:
+            j = i
+            while j < n and mask[j]:
+                j += 1
+            if j - i >= persist:
+                keep[i:j] = True
+            i = j
+        else:
+            i += 1
+    return np.flatnonzero(keep)
+
+
+class _Series:
+    """One metric's logged finite values ``v`` at steps ``steps`` (rows where it is missing dropped)."""
+
+    __slots__ = ("name", "steps", "v")
+
+    def __init__(self, name: str, v: np.ndarray, steps: np.ndarray) -> None:
+        self.name, self.v, self.steps = name, v, steps
+
+    def baseline(self, rows: int) -> float:
+        import numpy as np
+
+        return float(np.median(self.v[:rows]))
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.4g}"
+
+
+class _Doctor:
+    def __init__(self, series: dict[str, _Series], t: Thresholds) -> None:
+        self.series, self.t = series, t
+        self.findings: list[Finding] = []
+
+    def family(self, names: Sequence[str]) -> list[_Series]:
+        return [s for col, s in self.series.items() if _canonical(col) in names]
+
+    def add(self, check: str, severity: Severity, s: _Series, idx: np.ndarray, value: float, threshold: str, what: str, advice: str | None = None) -> None:
+        steps = _ranges(s.steps, idx)
+        where = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in steps[:4]) + (" ..." if len(steps) > 4 else "")
+        self.findings.append(
+            Finding(
+                check=check,
+                severity=severity,
+                metric=s.name,
+                steps=steps,
+                value=value,
+                threshold=threshold,
+                message=f"{s.name} {what} at step(s) {where} (worst {_fmt(value)}; threshold {threshold})",
+                advice=_ADVICE[advice or check],
+            )
+        )
+
+    def threshold(self, check: str, severity: Severity, s: _Series, high: float | None, low: float | None, what: str, advice: str | None = None) -> None:
+        import numpy as np
+
+        t = self.t
+        for bound, mask, worst, op in (
+            (high, s.v > high if high is not None else None, np.max, ">"),
+            (low, s.v < low if low is not None else None, np.min, "<"),
+        ):
+            if mask is None:
+                continue
+            idx = _persistent(mask, t.persist)
+            if len(idx):
+                value = float(worst(s.v[idx]))
+                self.add(check, severity, s, idx, value, f"{op} {_fmt(bound)} for {t.persist} logged steps", what, advice)
+
+    def run(self) -> list[Finding]:
+        import numpy as np
+
+        t = self.t
+        for s in self.family(_RATIO):
+            self.threshold("ratio", "error", s, t.ratio_high, t.ratio_low, "is far from 1")
+        for s in self.family(_CLIPFRAC):
+            self.threshold("clip_fraction", "warning", s, t.clipfrac_high, None, "is high")
+        for s in self.family(_APPROXKL):
+            self.threshold("approx_kl", "warning", s, t.approxkl_high, None, "is high")
+        for names, high, advice in ((_TOKEN_KL, t.kl_high, None), (_SEQ_KL, t.seq_kl_high, None), (_SAMPLE_KL, t.sample_train_kl_high, "kl_large_sample")):
+            for s in self.family(names):
+                self.threshold("kl_negative", "error", s, None, t.kl_negative, "is negative")
+                self.threshold("kl_large", "warning", s, high, None, "is large", advice)
+        for s in self.family(_CLIPPED):
+            self.threshold("clipped_completions", "warning", s, t.clipped_completions_high, None, "is high")
+        for s in self.family(_VALUE_LOSS):
+            self.value_loss_spikes(s)
+        for s in self.family(_ENTROPY):
+            if len(s.v) <= t.baseline_rows:
+                continue
+            start = s.baseline(t.baseline_rows)
+            idx = _persistent((s.v < t.entropy_floor) & (s.v < t.entropy_collapse_frac * start), t.persist)
+            if len(idx):
+                self.add("entropy_collapse", "warning", s, idx, float(np.min(s.v[idx])),
+                         f"< {_fmt(t.entropy_floor)} and < {_fmt(t.entropy_collapse_frac)} x start ({_fmt(start)})",
+                         f"collapsed from {_fmt(start)} toward 0")
+            if start > 0:
+                idx = _persistent(s.v > t.entropy_rise_factor * start, t.persist)
+                if len(idx):
+                    self.add("entropy_rise", "warning", s, idx, float(np.max(s.v[idx])),
+                             f"> {_fmt(t.entropy_rise_factor)} x start ({_fmt(start)})", f"rose from {_fmt(start)}")
+        self.reward_flat_kl_grows()
+        return self.findings
+
+    def value_loss_spikes(self, s: _Series) -> None:
+        import numpy as np
+
+        t = self.t
+        spikes = []
+        for i in range(3, len(s.v)):
+            base = float(np.median(s.v[max(0, i - t.spike_window) : i]))
+            if base > 0 and s.v[i] > t.value_loss_spike * base:
+                spikes.append(i)
+        if spikes:
+            idx = np.asarray(spikes)
+            self.add("value_loss_spike", "warning", s, idx, float(np.max(s.v[idx])),
+                     f"> {_fmt(t.value_loss_spike)} x median of the previous {t.spike_window}", "spiked")
+
+    def reward_flat_kl_grows(self) -> None:
+        import numpy as np
+
+        t = self.t
+        rewards = self.family(_REWARD)
+        kls = self.family(_SEQ_KL + _TOKEN_KL + _SAMPLE_KL)
+        if not rewards or not kls:
+            return
+        r, kl = rewards[0], kls[0]
+        if min(len(r.v), len(kl.v)) < t.trend_min_rows:
+            return
+        q_r, q_k = max(t.baseline_rows, len(r.v) // 4), max(t.baseline_rows, len(kl.v) // 4)
+        kl_first, kl_last = float(np.median(kl.v[:q_k])), float(np.median(kl.v[-q_k:]))
+        r_first, r_last = float(np.median(r.v[:q_r])), float(np.median(r.v[-q_r:]))
+        r_std = float(np.std(r.v))
+        grows = kl_last > t.kl_growth_factor * max(kl_first, 0.0) and kl_last - kl_first > t.kl_growth_min
+        flat = r_last - r_first < t.reward_flat_z * r_std
+        if grows and flat:
+            idx = np.arange(len(kl.v) - q_k, len(kl.v))
+            self.add("reward_flat_kl_grows", "warning", kl, idx, kl_last,
+                     f"KL > {_fmt(t.kl_growth_factor)} x first quarter and reward gain < {_fmt(t.reward_flat_z)} std",
+                     f"grew from {_fmt(kl_first)} to {_fmt(kl_last)} while {r.name} moved {_fmt(r_first)} -> {_fmt(r_last)}")
+
+
+def nonfinite_cells(rows: Iterable[Mapping[str, Any]], step_key: str | None = "step") -> dict[str, list[int]]:
+    """``{metric: [step, ...]}`` of the NaN/±Inf float values in metric rows (dicts, e.g. ``Run.rows``).
+
+    A missing key or ``null`` is not a NaN: only values the loop logged as NaN/Inf count.
+    Rows without an int ``step_key`` value use their position.
+    """
+    out: dict[str, list[int]] = {}
+    for pos, row in enumerate(rows):
+        step = row.get(step_key, pos) if step_key else pos
+        for key, value in row.items():
+            if type(value) is float and not math.isfinite(value):
+                out.setdefault(key, []).append(step if isinstance(step, int) else pos)
+    return out
+
+
+def diagnose(
+    metrics: pd.DataFrame,
+    thresholds: Thresholds | None = None,
+    *,
+    nonfinite: Mapping[str, Sequence[int]] | None = None,
+    step_key: str | None = "step",
+) -> list[Finding]:
+    """Check a metrics DataFrame for the stability signals of seed 003.
+
+    Args:
+        metrics: one row per logged step (rows in logging order), a ``step_key``
+            column (else row positions are the steps), NaN where a key is missing. String columns are
+            ignored; a column that mixes strings and numbers is checked on its numbers.
+        thresholds: defaults to ``Thresholds()``.
+        nonfinite: ``{metric: [step, ...]}`` where the loop logged NaN/±Inf (from
+            :func:`nonfinite_cells`; :func:`check_run` reads it from metrics.jsonl). A
+            DataFrame cannot tell a logged NaN from a missing key, so without it only
+            ±Inf cells are reported as non-finite.
+
+    Returns:
+        Findings, errors first, then warnings, each group in check order.
+    """
+    import numpy as np
+    import pandas as pd
+
+    t = thresholds or Thresholds()
+    if step_key in metrics.columns:
+        steps_all = pd.to_numeric(metrics[step_key], errors="coerce").to_numpy(dtype=float)
+    else:
+        steps_all = np.arange(len(metrics), dtype=float)
+    steps_all = np.where(np.isfinite(steps_all), steps_all, np.arange(len(metrics)))
+    series: dict[str, _Series] = {}
+    nonfinite = {k: list(v) for k, v in (nonfinite or {}).items()}
+    for col in metrics.columns:
+        if col == step_key or not isinstance(col, str):
+            continue
+        values = pd.to_numeric(metrics[col], errors="coerce").to_numpy(dtype=float)
+        inf = np.isinf(values)
+        if inf.any():
+            found = nonfinite.setdefault(col, [])
+            found.extend(int(x) for x in steps_all[inf] if int(x) not in found)
+        finite = np.isfinite(values)
+        if finite.any():
+            series[col] = _Series(col, values[finite], steps_all[finite].astype(np.int64))
+    doctor = _Doctor(series, t)
+    doctor.findings.extend(_nonfinite_findings(nonfinite))
+    doctor.run()
+    if not doctor.findings and not any(_canonical(c) in _CORE for c in series):
+        doctor.findings.append(
+            Finding(check="no_metrics", severity="info", metric="", steps=[], value=float("nan"), threshold="",
+                    message="no RL stability metric of seed 003 was found; only NaN/Inf were checked",
+                    advice=_ADVICE["no_metrics"])
+        )
+    order = {s: i for i, s in enumerate(reversed(SEVERITIES))}
+    return sorted(doctor.findings, key=lambda f: order[f.severity])
+
+
+def _nonfinite_findings(nonfinite: Mapping[str, Sequence[int]]) -> list[Finding]:
+    out = []
+    for col, steps in nonfinite.items():
+        if not steps:
+            continue
+        merged: list[tuple[int, int]] = []
+        for step in sorted(set(steps)):
+            if merged and step == merged[-1][1] + 1:
+                merged[-1] = (merged[-1][0], step)
+            else:
+                merged.append((step, step))
+        f = Finding(
+            check="nonfinite",
+            severity="error" if _canonical(col) in _CORE else "warning",
+            metric=col,
+            steps=merged,
+            value=float("nan"),
+            threshold="any NaN or Inf",
+            message="",
+            advice=_ADVICE["nonfinite"],
+        )
+        out.append(msgspec.structs.replace(f, message=f"{col} is NaN/Inf at step(s) {f.steps_text(4)} ({len(set(steps))} values)"))
+    return out
+
+
+def check_run(log_path: Any, thresholds: Thresholds | None = None) -> list[Finding]:
+    """Read the run at ``log_path`` (a path, URL or Storage) and :func:`diagnose` its metrics.
+
+    ``log_path`` may be anything :func:`rllog.read_run` reads (a run folder or URL, a
+    metrics JSONL file, a TRL trainer_state.json). NaN/Inf cells come from the values
+    logged as NaN/Infinity, so a missing key or a ``null`` is never reported as NaN.
+
+    Raises:
+        FileNotFoundError: nothing at ``log_path``. RunFormatError: not a run (from the reader).
+    """
+    from rllog._runsource import open_run
+
+    run = open_run(log_path)
+    return diagnose(run.metrics, thresholds, nonfinite=run.nonfinite, step_key=run.step_key)

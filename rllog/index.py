@@ -1,0 +1,180 @@
+"""``index.html``: one self-contained page per run (``rllog index RUN``).
+
+The page shows charts of the main metrics (inline SVG drawn here, no scripts), the
+doctor's findings, a table of every metric, the config, the checkpoint records and
+links to each iteration's HTML report. It makes no network request: a
+Content-Security-Policy forbids scripts and remote loads, and all logged text (metric
+names, config values, file names) is escaped by jinja2, so nothing logged can run.
+Links are relative (``./train_iteration_000003.html``), so the page works in the run
+folder on disk and when the bucket is served as static files.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+if TYPE_CHECKING:
+    from rllog._runsource import RunView
+    from rllog.doctor import Finding, Thresholds
+
+__all__ = ["MAIN_METRICS", "render_index", "write_index"]
+
+#: metrics charted first when present (after stripping a leading ``train/``), in this order
+MAIN_METRICS = (
+    "env/all/reward/total", "reward", "objective/rlhf_reward", "objective/scores",
+    "test/env/all/reward/total", "test/test/env/all/reward/total", "eval_reward", "reward_std",
+    "objective/kl", "kl", "optim/kl_sample_train_v1", "optim/kl_sample_train_v2", "kl_sample_train_v1",
+    "kl_sample_train_v2", "policy/approxkl_avg", "teacher_kl",
+    "objective/entropy", "policy/entropy_avg", "entropy", "optim/entropy",
+    "val/ratio", "policy/clipfrac_avg", "clip_ratio", "clip_ratio/region_mean", "completions/clipped_ratio",
+    "loss/value_avg", "loss/policy_avg", "loss", "train_mean_nll", "train/loss",
+    "completions/mean_length", "env/all/ac_tokens_per_turn", "grad_norm", "optim/lr", "learning_rate", "time/total",
+)
+_MAX_CHARTS = 16
+_MIN_CHARTS = 6
+
+
+def _flatten(value: Any, prefix: str = "") -> list[tuple[str, str]]:
+    """Config as ``(dotted.key, text)`` rows; lists and scalars shown as JSON."""
+    from rllog.encoding import encode_json
+
+    if isinstance(value, dict) and value:
+        rows = []
+        for k, v in value.items():
+            rows.extend(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return rows
+    text = value if isinstance(value, str) else encode_json(value).decode()
+    return [(prefix or "(config)", text)]
+
+
+def _numeric_columns(metrics: Any, step_key: str | None) -> dict[str, Any]:
+    import pandas as pd
+
+    out = {}
+    for col in metrics.columns:
+        if col == step_key or not isinstance(col, str):
+            continue
+        values = pd.to_numeric(metrics[col], errors="coerce")
+        if values.notna().any():
+            out[col] = values.to_numpy(dtype=float)
+    return out
+
+
+def _choose(columns: list[str], flagged: set[str]) -> list[str]:
+    """Metrics to chart: known main metrics in MAIN_METRICS order, then the doctor's flagged ones;
+    at most _MAX_CHARTS unless more are flagged (flagged metrics are always charted)."""
+    canon = {c: (c.removeprefix("train/")) for c in columns}
+    rank = {m: i for i, m in enumerate(MAIN_METRICS)}
+    ordered = sorted((c for c in columns if canon[c] in rank), key=lambda c: rank[canon[c]])
+    ordered += [c for c in columns if c in flagged and c not in ordered]
+    if len(ordered) < _MIN_CHARTS:  # an unfamiliar run: chart its first metrics
+        ordered += [c for c in columns if c not in ordered and not c.startswith(("time/", "progress/"))]
+    room = _MAX_CHARTS - sum(c in flagged for c in ordered)
+    chosen = []
+    for c in ordered:
+        if c in flagged or room > 0:
+            chosen.append(c)
+            room -= c not in flagged
+    return chosen
+
+
+def render_index(run: RunView, findings: list[Finding], *, thresholds: Thresholds | None = None) -> str:
+    """The HTML text of the index page of ``run`` (from :func:`rllog._runsource.open_run`)."""
+    import numpy as np
+
+    from rllog._svgchart import _label, line_chart
+    from rllog._templates import environment
+
+    metrics = run.metrics
+    n = len(metrics)
+    key = run.step_key
+    steps = (
+        np.nan_to_num(np.asarray(metrics[key], dtype=float), nan=-1.0)
+        if key in metrics.columns else np.arange(n, dtype=float)
+    )
+    columns = _numeric_columns(metrics, key)
+    worst: dict[str, str] = {}
+    for f in reversed(findings):  # errors come first, so they win
+        if f.metric:
+            worst[f.metric] = f.severity
+    flagged = set(worst)
+    charts = []
+    for col in _choose(list(columns), flagged):
+        y = columns[col]
+        bad = np.zeros(n, dtype=bool)
+        if run.nonfinite.get(col):
+            bad = np.isin(steps, np.asarray(run.nonfinite[col], dtype=float)) & ~np.isfinite(y)
+        bad |= np.isinf(y)
+        rows = np.isfinite(y) | bad
+        chart = line_chart(col, steps[rows], y[rows], bad[rows], x_label=key or "row")
+        chart.flagged = worst.get(col, "")
+        charts.append(chart)
+    table = []
+    for col, y in columns.items():
+        fin = y[np.isfinite(y)]
+        table.append({
+            "key": col,
+            "rows": int(np.isfinite(y).sum() + len(run.nonfinite.get(col, ()))),
+            "last": _label(float(fin[-1])) if len(fin) else "",
+            "min": _label(float(fin.min())) if len(fin) else "",
+            "max": _label(float(fin.max())) if len(fin) else "",
+            "bad": len(run.nonfinite.get(col, ())),
+        })
+    ckpt_cols: list[str] = []
+    for rec in run.checkpoints:
+        ckpt_cols += [k for k in rec if k not in ckpt_cols]
+    by_iteration: dict[int, list[Any]] = {}
+    for rep in run.reports:
+        by_iteration.setdefault(rep.iteration, []).append(
+            {"href": "./" + quote(rep.name), "label": "train" if rep.split == "train" else f"eval {rep.eval_name}", "name": rep.name}
+        )
+    counts = {s: sum(f.severity == s for f in findings) for s in ("error", "warning", "info")}
+    finite_steps = steps[steps >= 0]
+    template = environment().get_template("index.html")
+    return template.render(
+        url=run.url,
+        title=run.name or run.url,
+        x_label=key or "row",
+        generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        rows=n,
+        first_step=int(finite_steps.min()) if len(finite_steps) else None,
+        last_step=int(finite_steps.max()) if len(finite_steps) else None,
+        n_metrics=len(columns),
+        findings=findings,
+        counts=counts,
+        charts=charts,
+        table=table,
+        config=_flatten(run.config) if run.config is not None else None,
+        checkpoints=[{c: ("" if rec.get(c) is None else str(rec.get(c))) for c in ckpt_cols} for rec in run.checkpoints],
+        ckpt_cols=ckpt_cols,
+        iterations=sorted(by_iteration.items()),
+        warnings=run.warnings,
+        thresholds=thresholds,
+    )
+
+
+def write_index(log_path: Any, thresholds: Thresholds | None = None) -> tuple[str, list[Finding]]:
+    """Read the run at ``log_path``, write ``index.html`` into it (atomically, through its Storage).
+
+    ``log_path`` is anything :func:`rllog.read_run` reads. Beside a single metrics file
+    the page is named after it (``arithmetic_index.html`` for ``arithmetic_metrics.jsonl``,
+    ``trainer_state_index.html`` for a TRL ``trainer_state.json``).
+
+    Returns:
+        ``(URL of the page, the doctor's findings)``.
+
+    Raises:
+        FileNotFoundError: the run has no metrics.jsonl. OSError/StorageError: the page
+        could not be written.
+    """
+    from rllog._runsource import open_run
+    from rllog.doctor import diagnose
+
+    run = open_run(log_path)
+    findings = diagnose(run.metrics, thresholds, nonfinite=run.nonfinite, step_key=run.step_key)
+    html = render_index(run, findings, thresholds=thresholds)
+    run.storage.write(run.index_name, html.encode("utf-8"))
+    run.storage.flush()
+    return f"{run.url.rstrip('/')}/{run.index_name}", findings
