@@ -84,8 +84,7 @@ class LocalStorage:
         self.root = Path(root).expanduser().absolute()
         self.url = str(self.root)
         self._fds: dict[str, int] = {}
-        self._lock = threading.Lock()
-        self.root.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()  # the folder is made by the first write, so a read of a mistyped path creates nothing
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (LocalStorage, (str(self.root),))
@@ -149,7 +148,7 @@ class LocalStorage:
         return self.path(name).is_file()
 
     def list(self, prefix: str = "") -> list[str]:
-        out = []
+        out: list[str] = []
         for dirpath, _dirnames, filenames in os.walk(self.root):
             rel = os.path.relpath(dirpath, self.root)
             for fn in filenames:
