@@ -12,6 +12,14 @@ from __future__ import annotations
 from rllog.checkpoints import ResumeState
 from rllog.config import load_config
 from rllog.errors import ConfigError, RllogError, RunFormatError, StorageError, StoragePermanentError
+from rllog.rollouts import (
+    StepSummary,
+    TrajectorySummary,
+    build_rollout_summaries,
+    read_rollouts,
+    rollouts_dataframe,
+    summarize_rollouts,
+)
 from rllog.run_logger import RunLogger
 from rllog.storage import FsspecStorage, LocalStorage, Storage, open_storage
 
@@ -30,4 +38,11 @@ __all__ = [
     "StoragePermanentError",
     "ConfigError",
     "RunFormatError",
+    # rollout summaries (rllog.rollouts)
+    "TrajectorySummary",
+    "StepSummary",
+    "build_rollout_summaries",
+    "read_rollouts",
+    "rollouts_dataframe",
+    "summarize_rollouts",
 ]

@@ -239,10 +239,28 @@ def write_rollouts(
         TypeError, ValueError: as :func:`build_rollout_summaries`; nothing is written.
         OSError: from ``storage.write`` (``StorageError`` for backend failures).
     """
+    name, records, data = encode_rollouts(
+        iteration, groups, split=split, eval_name=eval_name, tags=tags,
+        sampling_client_step=sampling_client_step, strict_json=strict_json,
+    )
+    storage.write(name, data)
+    return records
+
+
+def encode_rollouts(
+    iteration: int,
+    groups: Sequence[Any],
+    *,
+    split: str | None = None,
+    eval_name: str | None = None,
+    tags: Any = None,
+    sampling_client_step: Any = None,
+    strict_json: bool = False,
+) -> tuple[str, list[TrajectorySummary], bytes]:
+    """``(file name, records, file bytes)`` that :func:`write_rollouts` writes (same arguments)."""
     name = artifact_name(iteration, "rollout_summaries", eval_name)
     records, dirty = build(groups, iteration, _split_for(split, eval_name), tags, sampling_client_step)
-    storage.write(name, _encode(records, dirty, strict_json))
-    return records
+    return name, records, _encode(records, dirty, strict_json)
 
 
 # ------------------------------------------------------------------------------- reading
