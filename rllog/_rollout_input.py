@@ -13,14 +13,17 @@ Accepted shapes (see :func:`rllog.rollouts.build_rollout_summaries` for the cont
   (tinker-cookbook ``Transition``: ``ob.length``, ``len(ac.tokens)``);
 - records: a flat list of :class:`TrajectorySummary` or dicts that carry ``group_idx``.
 
-Values are checked and converted on the way in (numpy/torch scalars become Python
-numbers). While converting, the builder notes which records may hold a non-finite
-float or a nested log value; only those take the slower encoding path.
+Rewards and token counts are converted on the way in; metrics and logs dicts are
+checked for the whole batch at once and converted only when that check fails
+(numpy/torch scalars become Python numbers). Records holding a non-finite float or a
+nested log value are noted: only those take the slower encoding path.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from itertools import chain
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from rllog.encoding import scalar, to_jsonable
@@ -29,8 +32,8 @@ if TYPE_CHECKING:
     from rllog.rollouts import StepSummary, TrajectorySummary
 
 _FAST = frozenset({float, int, str, bool, type(None)})
+_NUM = frozenset({float, int, bool})
 _STR = frozenset({str})
-_EMPTY: dict[str, Any] = {}
 
 _STEP_KEYS = frozenset({"step_idx", "ob_len", "ac_len", "reward", "episode_done", "metrics", "logs"})
 _TRAJ_KEYS = frozenset(
@@ -52,21 +55,97 @@ _TRAJ_KEYS = frozenset(
 )
 
 
+_LEN_STYLE: dict[type, str] = {}  # how to count the tokens of each class of observation/action
+
+
 def _token_len(x: Any, what: str) -> int:
     """Token count of a tinker ModelInput (``.length``), a token holder (``.tokens``) or a sequence."""
     if x is None:
         return 0
-    n = getattr(x, "length", None)
-    if n is None:
-        tokens = getattr(x, "tokens", None)
-        n = len(tokens if tokens is not None else x)
-    return _Builder.length(n, what)
+    cls = type(x)
+    style = _LEN_STYLE.get(cls)
+    if style is None:
+        style = _LEN_STYLE[cls] = "length" if hasattr(x, "length") else ("tokens" if hasattr(x, "tokens") else "len")
+    n = x.length if style == "length" else len(x.tokens if style == "tokens" else x)
+    return n if type(n) is int and n >= 0 else _length(n, what)
+
+
+def _length(x: Any, what: str) -> int:
+    if type(x) is int and x >= 0:
+        return x
+    v = scalar(x, what)
+    if type(v) is float and v.is_integer():
+        v = int(v)
+    if type(v) is not int or v < 0:
+        raise TypeError(f"{what}: expected a token count (int >= 0), got {type(x).__name__}: {x!r:.60}")
+    return v
+
+
+def _reward(x: Any, what: str) -> float:
+    """``x`` as a float (numpy/torch scalars converted)."""
+    if type(x) is float:
+        return x
+    if type(x) is int:
+        return float(x)
+    v = scalar(x, what)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise TypeError(f"{what}: expected a number, got {type(x).__name__}: {x!r:.60}")
+    return float(v)
+
+
+def _as_dict(d: Any, what: str) -> dict[Any, Any]:
+    if d is None:
+        return {}
+    if not isinstance(d, Mapping):
+        raise TypeError(f"{what}: expected a dict of str to numbers/str, got {type(d).__name__}")
+    return dict(d)
+
+
+def _finite(total: float) -> bool:
+    return total - total == 0.0
+
+
+def _numbers_ok(dicts: list[dict[Any, Any]]) -> bool:
+    """Quick check of metric dicts: True if all values are plain numbers and finite.
+
+    One ``sum`` in C over every value. It also passes values msgspec cannot encode
+    (a ``Fraction`` next to floats): the encoder then raises TypeError and the caller
+    redoes the batch with :meth:`_Builder.check` ``(full=True)``. Keys are left to the
+    encoder too (msgspec writes str, int and float keys, and raises on others).
+    """
+    try:
+        total = sum(chain.from_iterable(map(dict.values, dicts)))
+    except TypeError:  # None or str values, or not numbers at all
+        return _scalars_ok(dicts)
+    return type(total) is int or (type(total) is float and _finite(total))
+
+
+def _scalars_ok(dicts: list[dict[Any, Any]]) -> bool:
+    """True if every value is a JSON scalar (str, number, bool, None) and no float is NaN/inf."""
+    types = set(map(type, chain.from_iterable(map(dict.values, dicts))))
+    if not types <= _FAST:
+        return False
+    if float not in types:
+        return True
+    return _finite(sum([v for v in chain.from_iterable(map(dict.values, dicts)) if type(v) is float]))
+
+
+_REWARD = attrgetter("reward")
+_TOTAL = attrgetter("total_reward")
+_FINAL = attrgetter("final_reward")
 
 
 class _Builder:
-    """Builds records for one call; ``dirty`` holds indices of records needing the slow encoder."""
+    """Builds the records of one call.
 
-    __slots__ = ("step_cls", "traj_cls", "iteration", "split", "dirty", "_d")
+    Building only reshapes (and converts rewards and token counts). :meth:`check` then
+    checks all metrics and logs dicts of the batch at once; only if that finds a
+    non-str key, a value that is not a plain JSON scalar, or a non-finite float does it
+    walk the records one by one, converting values (numpy scalars, nested logs) and
+    noting which records need the slow encoder.
+    """
+
+    __slots__ = ("step_cls", "traj_cls", "iteration", "split", "_styles")
 
     def __init__(self, iteration: int, split: str) -> None:
         from rllog.rollouts import StepSummary, TrajectorySummary
@@ -75,112 +154,68 @@ class _Builder:
         self.traj_cls = TrajectorySummary
         self.iteration = iteration
         self.split = split
-        self.dirty: set[int] = set()
-        self._d = False  # the current record may hold a non-finite float or a nested value
-
-    # -- scalars ------------------------------------------------------------------------
-
-    def reward(self, x: Any, what: str) -> float:
-        if type(x) is float:
-            if x - x != 0.0:  # NaN or +-inf
-                self._d = True
-            return x
-        if type(x) is int:
-            return float(x)
-        v = scalar(x, what)
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise TypeError(f"{what}: expected a number, got {type(x).__name__}: {x!r:.60}")
-        return self.reward(float(v), what)
-
-    @staticmethod
-    def length(x: Any, what: str) -> int:
-        if type(x) is int and x >= 0:
-            return x
-        v = scalar(x, what)
-        if type(v) is float and v.is_integer():
-            v = int(v)
-        if type(v) is not int or v < 0:
-            raise TypeError(f"{what}: expected a token count (int >= 0), got {type(x).__name__}: {x!r:.60}")
-        return v
-
-    def values(self, d: Any, what: str, nested: bool = False) -> dict[str, Any]:
-        """A dict of str to JSON scalars (and, if ``nested``, lists/dicts) from ``d``."""
-        if d is None:
-            return {}
-        if type(d) is not dict:
-            if not isinstance(d, Mapping):
-                raise TypeError(f"{what}: expected a dict of str to numbers/str, got {type(d).__name__}")
-            d = dict(d)
-        if _FAST.issuperset(map(type, d.values())) and _STR.issuperset(map(type, d)):
-            if not self._d:
-                for v in d.values():
-                    if type(v) is float and v - v != 0.0:
-                        self._d = True
-                        break
-            return d
-        out = {}
-        for k, v in d.items():
-            if type(k) is not str:
-                if not isinstance(k, str):
-                    raise TypeError(f"{what}: keys must be str, got {type(k).__name__} {k!r:.60}")
-                k = str(k)
-            try:
-                v = scalar(v, f"{what}[{k!r}]")
-            except TypeError:
-                if not (nested and (isinstance(v, (Mapping, Sequence)) or hasattr(v, "tolist"))):
-                    raise
-                v = to_jsonable(v, f"{what}[{k!r}]", raw=False)
-                self._d = True  # nested: the slow encoder checks what is inside
-            if type(v) is float and v - v != 0.0:
-                self._d = True
-            out[k] = v
-        return out
+        self._styles: dict[type, bool] = {}  # step object class -> has ob_len/ac_len
 
     # -- steps ----------------------------------------------------------------------------
 
     def step(self, s: Any, i: int, last: bool) -> StepSummary:
         if type(s) is dict:
             if not _STEP_KEYS.issuperset(s):
-                raise ValueError(
-                    f"step {i}: unknown keys {sorted(set(s) - _STEP_KEYS)}; a step dict has {sorted(_STEP_KEYS)}"
-                )
+                raise ValueError(f"unknown keys {sorted(set(s) - _STEP_KEYS)}; a step dict has {sorted(_STEP_KEYS)}")
             if "reward" not in s:
-                raise ValueError(f"step {i}: a step dict needs 'reward', got keys {sorted(s)}")
-            return self.step_cls(
-                step_idx=i,
-                ob_len=self.length(s.get("ob_len", 0), f"step {i} ob_len"),
-                ac_len=self.length(s.get("ac_len", 0), f"step {i} ac_len"),
-                reward=self.reward(s["reward"], f"step {i} reward"),
-                episode_done=bool(s.get("episode_done", last)),
-                metrics=self.values(s.get("metrics"), f"step {i} metrics"),
-                logs=self.values(s.get("logs"), f"step {i} logs", nested=True),
-            )
-        if not hasattr(s, "reward"):
+                raise ValueError(f"a step dict needs 'reward', got keys {sorted(s)}")
+            ob_len = s.get("ob_len", 0)
+            ac_len = s.get("ac_len", 0)
+            done = s.get("episode_done", last)
+            metrics = s.get("metrics")
+            logs = s.get("logs")
+            reward = s["reward"]
+        elif hasattr(s, "reward"):
+            cls = type(s)
+            has_lens = self._styles.get(cls)
+            if has_lens is None:
+                has_lens = self._styles[cls] = hasattr(s, "ob_len") and hasattr(s, "ac_len")
+            if has_lens:
+                ob_len, ac_len = s.ob_len, s.ac_len
+            else:
+                ob_len = _token_len(getattr(s, "ob", None), "ob length")
+                ac_len = _token_len(getattr(s, "ac", None), "ac length")
+            done = getattr(s, "episode_done", last)
+            metrics = getattr(s, "metrics", None)
+            logs = getattr(s, "logs", None)
+            reward = s.reward
+        else:
             raise TypeError(
-                f"step {i}: expected a dict, a StepSummary or a transition object with .reward, "
-                f"got {type(s).__name__}"
+                f"expected a dict, a StepSummary or a transition object with .reward, got {type(s).__name__}"
             )
-        ob_len = getattr(s, "ob_len", None)
-        ac_len = getattr(s, "ac_len", None)
+        if type(ob_len) is not int or ob_len < 0:
+            ob_len = _length(ob_len, "ob_len")
+        if type(ac_len) is not int or ac_len < 0:
+            ac_len = _length(ac_len, "ac_len")
+        if type(reward) is not float:
+            reward = _reward(reward, "reward")
         return self.step_cls(
-            step_idx=i,
-            ob_len=self.length(ob_len, f"step {i} ob_len")
-            if ob_len is not None
-            else _token_len(getattr(s, "ob", None), f"step {i} ob length"),
-            ac_len=self.length(ac_len, f"step {i} ac_len")
-            if ac_len is not None
-            else _token_len(getattr(s, "ac", None), f"step {i} ac length"),
-            reward=self.reward(s.reward, f"step {i} reward"),
-            episode_done=bool(getattr(s, "episode_done", last)),
-            metrics=self.values(getattr(s, "metrics", None), f"step {i} metrics"),
-            logs=self.values(getattr(s, "logs", None), f"step {i} logs", nested=True),
+            i,
+            ob_len,
+            ac_len,
+            reward,
+            done if type(done) is bool else bool(done),
+            metrics if type(metrics) is dict else _as_dict(metrics, "metrics"),
+            logs if type(logs) is dict else _as_dict(logs, "logs"),
         )
 
     def steps(self, steps: Any) -> list[StepSummary]:
-        if steps is None:
+        if not steps:
             return []
-        n = len(steps)
-        return [self.step(s, i, i == n - 1) for i, s in enumerate(steps)]
+        last = len(steps) - 1
+        step = self.step
+        out: list[StepSummary] = []
+        try:
+            for i, s in enumerate(steps):
+                out.append(step(s, i, i == last))
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"step {len(out)}: {e}") from None
+        return out
 
     # -- trajectories ---------------------------------------------------------------------
 
@@ -196,69 +231,54 @@ class _Builder:
         keep_idx: bool = False,
     ) -> TrajectorySummary:
         """One record; ``keep_idx`` keeps the indices a ready-made record carries."""
-        if isinstance(t, self.traj_cls):
-            t = {f: getattr(t, f) for f in t.__struct_fields__}
-        if isinstance(t, Mapping):
-            return self._from_dict(t, group_idx, traj_idx, tags, sampling_client_step, keep_idx)
-        transitions = getattr(t, "transitions", None)
-        if transitions is None:
-            raise TypeError(
-                "expected a trajectory: a dict with 'steps', a TrajectorySummary, or an object with "
-                f".transitions (tinker-cookbook Trajectory), got {type(t).__name__}"
-            )
-        steps = self.steps(transitions)
-        if final_reward is None:
-            final_reward = getattr(t, "final_reward", 0.0)
-        if metrics is None:
-            metrics = getattr(t, "metrics", None)
-        fr = self.reward(final_reward, "final_reward")
-        final_ob = getattr(t, "final_ob", None)
-        final_ob_len = getattr(t, "final_ob_len", None)
-        return self.traj_cls(
-            split=self.split,
-            iteration=self.iteration,
-            group_idx=group_idx,
-            traj_idx=traj_idx,
-            tags=tags,
-            sampling_client_step=sampling_client_step,
-            total_reward=sum([s.reward for s in steps]) + fr,
-            final_reward=fr,
-            trajectory_metrics=self.values(metrics, "trajectory metrics"),
-            final_ob_len=self.length(final_ob_len, "final_ob_len")
-            if final_ob_len is not None
-            else (_token_len(final_ob, "final_ob length") if final_ob is not None else None),
-            steps=steps,
-        )
-
-    def _from_dict(
-        self,
-        d: Mapping[str, Any],
-        group_idx: int,
-        traj_idx: int,
-        tags: list[str],
-        sampling_client_step: int | None,
-        keep_idx: bool,
-    ) -> TrajectorySummary:
-        if not _TRAJ_KEYS.issuperset(d):
-            raise ValueError(
-                f"unknown keys {sorted(set(d) - _TRAJ_KEYS)}; a trajectory dict has {sorted(_TRAJ_KEYS - {'metrics'})}"
-            )
-        for key, want in (("iteration", self.iteration), ("split", self.split)):
-            if key in d and d[key] != want:
-                raise ValueError(f"record has {key}={d[key]!r} but this call writes {key}={want!r}")
-        if keep_idx:
-            group_idx = self.length(d["group_idx"], "group_idx")
-            traj_idx = self.length(d.get("traj_idx", traj_idx), "traj_idx")
-        if "tags" in d:
-            tags = _tag_list(d["tags"], "tags")
-        if "sampling_client_step" in d:
-            sampling_client_step = _opt_step(d["sampling_client_step"])
-        steps = self.steps(d.get("steps"))
-        fr = self.reward(d.get("final_reward", 0.0), "final_reward")
-        total = d.get("total_reward")
-        total = sum([s.reward for s in steps]) + fr if total is None else self.reward(total, "total_reward")
-        metrics = d.get("trajectory_metrics", d.get("metrics"))
-        final_ob_len = d.get("final_ob_len")
+        if type(t) is not dict:
+            if isinstance(t, self.traj_cls):
+                t = {f: getattr(t, f) for f in t.__struct_fields__}
+            elif isinstance(t, Mapping):
+                t = dict(t)
+        if type(t) is dict:
+            if not _TRAJ_KEYS.issuperset(t):
+                raise ValueError(
+                    f"unknown keys {sorted(set(t) - _TRAJ_KEYS)}; a trajectory dict has "
+                    f"{sorted(_TRAJ_KEYS - {'metrics'})}"
+                )
+            if "iteration" in t or "split" in t:
+                self._check_meta(t)
+            if keep_idx:
+                group_idx = _length(t["group_idx"], "group_idx")
+                traj_idx = _length(t.get("traj_idx", traj_idx), "traj_idx")
+            if "tags" in t:
+                tags = _tag_list(t["tags"], "tags")
+            if "sampling_client_step" in t:
+                sampling_client_step = _opt_step(t["sampling_client_step"])
+            steps = self.steps(t.get("steps"))
+            final_reward = t.get("final_reward", 0.0)
+            total = t.get("total_reward")
+            metrics = t.get("trajectory_metrics", t.get("metrics"))
+            final_ob_len = t.get("final_ob_len")
+        else:
+            transitions = getattr(t, "transitions", None)
+            if transitions is None:
+                raise TypeError(
+                    "expected a trajectory: a dict with 'steps', a TrajectorySummary, or an object with "
+                    f".transitions (tinker-cookbook Trajectory), got {type(t).__name__}"
+                )
+            steps = self.steps(transitions)
+            if final_reward is None:
+                final_reward = getattr(t, "final_reward", 0.0)
+            if metrics is None:
+                metrics = getattr(t, "metrics", None)
+            total = None
+            final_ob = getattr(t, "final_ob", None)
+            final_ob_len = _token_len(final_ob, "final_ob length") if final_ob is not None else getattr(t, "final_ob_len", None)
+        if type(final_reward) is not float:
+            final_reward = _reward(final_reward, "final_reward")
+        if total is None:
+            total = sum(map(_REWARD, steps)) + final_reward
+        elif type(total) is not float:
+            total = _reward(total, "total_reward")
+        if final_ob_len is not None and (type(final_ob_len) is not int or final_ob_len < 0):
+            final_ob_len = _length(final_ob_len, "final_ob_len")
         return self.traj_cls(
             split=self.split,
             iteration=self.iteration,
@@ -267,17 +287,91 @@ class _Builder:
             tags=tags,
             sampling_client_step=sampling_client_step,
             total_reward=total,
-            final_reward=fr,
-            trajectory_metrics=self.values(metrics, "trajectory_metrics"),
-            final_ob_len=None if final_ob_len is None else self.length(final_ob_len, "final_ob_len"),
+            final_reward=final_reward,
+            trajectory_metrics=metrics if type(metrics) is dict else _as_dict(metrics, "trajectory_metrics"),
+            final_ob_len=final_ob_len,
             steps=steps,
         )
 
-    def add(self, out: list[TrajectorySummary], *args: Any, **kwargs: Any) -> None:
-        self._d = False
-        out.append(self.trajectory(*args, **kwargs))
-        if self._d:
-            self.dirty.add(len(out) - 1)
+    def _check_meta(self, d: dict[str, Any]) -> None:
+        for key, want in (("iteration", self.iteration), ("split", self.split)):
+            if key in d and d[key] != want:
+                raise ValueError(f"record has {key}={d[key]!r} but this call writes {key}={want!r}")
+
+    # -- values ---------------------------------------------------------------------------
+
+    def check(self, records: list[TrajectorySummary], label: Any, full: bool = False) -> set[int]:
+        """Check and convert the metrics/logs of ``records``; the indices needing the slow encoder.
+
+        First one quick check of the whole batch; if it fails, or with ``full``, each
+        record is checked and converted. ``label(i, record)`` names a record in errors.
+
+        Raises:
+            TypeError: a key that is not a str/int/float, or a value that is not a
+                number, bool, str or None (nested lists/dicts are allowed in logs).
+        """
+        if not full:
+            steps = [s for r in records for s in r.steps]
+            if (
+                _finite(sum(map(_REWARD, steps)))
+                and _finite(sum(map(_TOTAL, records)))
+                and _finite(sum(map(_FINAL, records)))
+                and _numbers_ok([s.metrics for s in steps])
+                and _numbers_ok([r.trajectory_metrics for r in records])
+                and _scalars_ok([s.logs for s in steps])
+            ):
+                return set()
+        dirty = set()
+        for i, r in enumerate(records):
+            k = -1
+            try:
+                special = not _finite(r.total_reward + r.final_reward)
+                r.trajectory_metrics, bad = _values(r.trajectory_metrics, "trajectory_metrics", False)
+                special |= bad
+                for k, s in enumerate(r.steps):
+                    s.metrics, bad = _values(s.metrics, "metrics", False)
+                    special |= bad
+                    s.logs, bad = _values(s.logs, "logs", True)
+                    special |= bad or not _finite(s.reward)
+            except (TypeError, ValueError) as e:
+                where = label(i, r) + (f": step {k}" if k >= 0 else "")
+                raise type(e)(f"rollouts for iteration {self.iteration}, {where}: {e}") from None
+            if special:
+                dirty.add(i)
+        return dirty
+
+
+def _key(k: Any, what: str) -> str:
+    if isinstance(k, str):
+        return str(k)
+    if isinstance(k, int) and not isinstance(k, bool):
+        return str(int(k))
+    if isinstance(k, float):
+        return repr(float(k))
+    raise TypeError(f"{what}: keys must be str (or int/float, written as strings), got {type(k).__name__} {k!r:.60}")
+
+
+def _values(d: dict[Any, Any], what: str, nested: bool) -> tuple[dict[str, Any], bool]:
+    """``d`` with str keys and JSON scalar values (nested lists/dicts too if ``nested``), and
+    whether it holds a non-finite float or a nested value (which the slow encoder handles)."""
+    if _STR.issuperset(map(type, d)) and _scalars_ok([d]):
+        return d, False
+    out = {}
+    special = False
+    for k, v in d.items():
+        if type(k) is not str:
+            k = _key(k, what)
+        try:
+            v = scalar(v, f"{what}[{k!r}]")
+        except TypeError:
+            if not (nested and (isinstance(v, (Mapping, Sequence)) or hasattr(v, "tolist"))):
+                raise
+            v = to_jsonable(v, f"{what}[{k!r}]", raw=False)
+            special = True
+        if type(v) is float and not _finite(v):
+            special = True
+        out[k] = v
+    return out, special
 
 
 def _tag_list(tags: Any, what: str) -> list[str]:
@@ -290,7 +384,7 @@ def _tag_list(tags: Any, what: str) -> list[str]:
 
 
 def _opt_step(x: Any) -> int | None:
-    return None if x is None else _Builder.length(x, "sampling_client_step")
+    return None if x is None else _length(x, "sampling_client_step")
 
 
 def _per_group(value: Any, n: int, what: str, convert: Any, is_single: Any) -> list[Any]:
@@ -304,6 +398,14 @@ def _per_group(value: Any, n: int, what: str, convert: Any, is_single: Any) -> l
     return [convert(v, f"{what}[{i}]") for i, v in enumerate(value)]
 
 
+def _record_label(i: int, r: TrajectorySummary) -> str:
+    return f"record {i}"
+
+
+def _traj_label(i: int, r: TrajectorySummary) -> str:
+    return f"group {r.group_idx}, trajectory {r.traj_idx}"
+
+
 def _is_record(x: Any, traj_cls: type) -> bool:
     return isinstance(x, traj_cls) or (isinstance(x, Mapping) and "group_idx" in x)
 
@@ -314,8 +416,10 @@ def build(
     split: str,
     tags: Any = None,
     sampling_client_step: Any = None,
-) -> tuple[list[TrajectorySummary], set[int]]:
-    """Records for ``groups`` and the indices of records that need the slow encoder."""
+) -> tuple[list[TrajectorySummary], set[int], Callable[[], set[int]]]:
+    """Records for ``groups``, the indices of records that need the slow encoder, and a
+    function that checks every record fully (for when the encoder meets a value the
+    quick batch check let through) and returns those indices again."""
     if isinstance(groups, (str, bytes, Mapping)) or not isinstance(groups, Sequence):
         raise TypeError(
             f"rollouts for iteration {iteration}: expected a list of trajectory groups or of records, "
@@ -331,10 +435,10 @@ def build(
             if not _is_record(rec, b.traj_cls):
                 raise TypeError(f"record {i}: expected a TrajectorySummary or a dict with 'group_idx' like record 0")
             try:
-                b.add(out, rec, 0, i, tag_default, step_default, keep_idx=True)
+                out.append(b.trajectory(rec, 0, i, tag_default, step_default, keep_idx=True))
             except (TypeError, ValueError) as e:
                 raise type(e)(f"rollouts for iteration {iteration}, record {i}: {e}") from None
-        return out, b.dirty
+        return out, b.check(out, _record_label), lambda: b.check(out, _record_label, full=True)
     tags_P = _per_group(
         [] if tags is None else tags,
         n,
@@ -366,16 +470,16 @@ def build(
             )
         for t, traj in enumerate(trajs):
             try:
-                b.add(
-                    out,
+                record = b.trajectory(
                     traj,
                     g,
                     t,
                     tags_P[g],
                     steps_P[g],
-                    final_reward=None if final_rewards is None else final_rewards[t],
-                    metrics=None if metrics is None else metrics[t],
+                    None if final_rewards is None else final_rewards[t],
+                    None if metrics is None else metrics[t],
                 )
             except (TypeError, ValueError) as e:
                 raise type(e)(f"rollouts for iteration {iteration}, group {g}, trajectory {t}: {e}") from None
-    return out, b.dirty
+            out.append(record)
+    return out, b.check(out, _traj_label), lambda: b.check(out, _traj_label, full=True)

@@ -68,7 +68,7 @@ __all__ = [
 SCHEMA_VERSION = 1
 
 
-class StepSummary(msgspec.Struct, kw_only=True, gc=False):
+class StepSummary(msgspec.Struct, gc=False):
     """One step (turn) of a trajectory.
 
     Attributes:
@@ -180,8 +180,7 @@ def build_rollout_summaries(
         ValueError: unknown keys in a dict, a record whose iteration or split differs
             from this call's, per-group lists of the wrong length, a bad ``split``.
     """
-    records, _ = build(groups, iteration, _split_for(split, eval_name), tags, sampling_client_step)
-    return records
+    return build(groups, iteration, _split_for(split, eval_name), tags, sampling_client_step)[0]
 
 
 _ENCODER = msgspec.json.Encoder()
@@ -259,8 +258,12 @@ def encode_rollouts(
 ) -> tuple[str, list[TrajectorySummary], bytes]:
     """``(file name, records, file bytes)`` that :func:`write_rollouts` writes (same arguments)."""
     name = artifact_name(iteration, "rollout_summaries", eval_name)
-    records, dirty = build(groups, iteration, _split_for(split, eval_name), tags, sampling_client_step)
-    return name, records, _encode(records, dirty, strict_json)
+    records, dirty, recheck = build(groups, iteration, _split_for(split, eval_name), tags, sampling_client_step)
+    try:
+        data = _encode(records, dirty, strict_json)
+    except TypeError:  # a value the quick batch check let through (numpy scalar, odd key)
+        data = _encode(records, recheck(), strict_json)
+    return name, records, data
 
 
 # ------------------------------------------------------------------------------- reading

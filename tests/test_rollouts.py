@@ -366,6 +366,19 @@ def test_numpy_and_torch_values_are_converted(storage):
     assert type(records[0].steps[0].reward) is float and type(records[0].steps[0].ob_len) is int
 
 
+def test_values_the_quick_batch_check_lets_through_are_converted_or_refused(storage):
+    from fractions import Fraction
+
+    groups = [[{"steps": [{"reward": 1.0, "metrics": {"f": Fraction(1, 2), "x": 1.0, 3: 2.0}}]}]]
+    write_rollouts(storage, 0, groups)
+    row = read_lines(storage, "train_iteration_000000_rollout_summaries.jsonl")[0]
+    assert row["steps"][0]["metrics"] == {"f": 0.5, "x": 1.0, "3": 2.0}
+    bad = [[{"steps": [{"reward": 1.0, "metrics": {(1, 2): 1.0}}]}]]
+    with pytest.raises(TypeError, match=r"group 0, trajectory 0: step 0: metrics: keys must be str.*tuple"):
+        write_rollouts(storage, 1, bad)
+    assert storage.list() == ["train_iteration_000000_rollout_summaries.jsonl"]
+
+
 def test_ready_made_records_keep_their_indices(storage):
     recs = [
         TrajectorySummary(split="train", iteration=2, group_idx=5, traj_idx=3, total_reward=1.0,
@@ -382,9 +395,9 @@ def test_ready_made_records_keep_their_indices(storage):
 @pytest.mark.parametrize(
     ("groups", "kwargs", "error", "match"),
     [
-        ([[{"steps": [{"reward": 1.0, "metrics": {"m": [1, 2]}}]}]], {}, TypeError, r"group 0, trajectory 0: step 0 metrics\['m'\]"),
+        ([[{"steps": [{"reward": 1.0, "metrics": {"m": [1, 2]}}]}]], {}, TypeError, r"group 0, trajectory 0: step 0: metrics\['m'\]: expected a number"),
         ([[{"steps": [{"reward": 1.0}]}, {"steps": [{"rewrd": 1.0}]}]], {}, ValueError, r"trajectory 1: step 0: unknown keys \['rewrd'\]"),
-        ([[{"steps": [{"reward": "high"}]}]], {}, TypeError, "step 0 reward"),
+        ([[{"steps": [{"reward": "high"}]}]], {}, TypeError, "step 0: reward: expected a number"),
         ([[{"steps": [{"reward": 1.0, "ac_len": -1}]}]], {}, TypeError, "ac_len"),
         ([[{"stepz": []}]], {}, ValueError, "unknown keys"),
         ([["not a trajectory"]], {}, TypeError, "expected a trajectory"),

@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rllog.rollouts import _encode, build_rollout_summaries, decode_rollout_summaries
+from rllog.rollouts import build_rollout_summaries, decode_rollout_summaries, encode_rollouts
 from test_rollouts import STEP_KEYS, TRAJ_KEYS, assert_same_records
 
 # every code point, lone surrogates included
@@ -44,10 +44,8 @@ groups = st.lists(st.lists(trajectories, min_size=1, max_size=3), max_size=3)
 
 
 def encode(groups: Any, strict: bool) -> tuple[list, bytes]:
-    from rllog._rollout_input import build
-
-    records, dirty = build(groups, 7, "train")
-    return records, _encode(records, dirty, strict)
+    _, records, data = encode_rollouts(7, groups, strict_json=strict)
+    return records, data
 
 
 @settings(max_examples=150, deadline=None)
