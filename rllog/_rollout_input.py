@@ -101,6 +101,17 @@ def _as_dict(d: Any, what: str) -> dict[Any, Any]:
     return dict(d)
 
 
+def _step_style(s: Any) -> str:
+    """How to read a step object: "lens" (``ob_len``/``ac_len``), "tinker" (``ob.length``,
+    ``ac.tokens`` and all Transition fields) or "other" (``getattr`` with defaults)."""
+    if hasattr(s, "ob_len") and hasattr(s, "ac_len"):
+        return "lens"
+    if all(hasattr(s, a) for a in ("episode_done", "metrics", "logs")) and hasattr(getattr(s, "ob", None), "length") \
+            and hasattr(getattr(s, "ac", None), "tokens"):
+        return "tinker"
+    return "other"
+
+
 def _finite(total: float) -> bool:
     return total - total == 0.0
 
@@ -154,7 +165,7 @@ class _Builder:
         self.traj_cls = TrajectorySummary
         self.iteration = iteration
         self.split = split
-        self._styles: dict[type, bool] = {}  # step object class -> has ob_len/ac_len
+        self._styles: dict[type, str] = {}  # step object class -> _step_style
 
     # -- steps ----------------------------------------------------------------------------
 
@@ -172,17 +183,22 @@ class _Builder:
             reward = s["reward"]
         elif hasattr(s, "reward"):
             cls = type(s)
-            has_lens = self._styles.get(cls)
-            if has_lens is None:
-                has_lens = self._styles[cls] = hasattr(s, "ob_len") and hasattr(s, "ac_len")
-            if has_lens:
-                ob_len, ac_len = s.ob_len, s.ac_len
-            else:
+            style = self._styles.get(cls)
+            if style is None:
+                style = self._styles[cls] = _step_style(s)
+            try:
+                if style == "tinker":  # tinker-cookbook Transition: ob.length, len(ac.tokens)
+                    ob_len, ac_len = s.ob.length, len(s.ac.tokens)
+                    done, metrics, logs = s.episode_done, s.metrics, s.logs
+                elif style == "lens":
+                    ob_len, ac_len = s.ob_len, s.ac_len
+                    done, metrics, logs = getattr(s, "episode_done", last), getattr(s, "metrics", None), getattr(s, "logs", None)
+                else:
+                    raise AttributeError
+            except AttributeError:
                 ob_len = _token_len(getattr(s, "ob", None), "ob length")
                 ac_len = _token_len(getattr(s, "ac", None), "ac length")
-            done = getattr(s, "episode_done", last)
-            metrics = getattr(s, "metrics", None)
-            logs = getattr(s, "logs", None)
+                done, metrics, logs = getattr(s, "episode_done", last), getattr(s, "metrics", None), getattr(s, "logs", None)
             reward = s.reward
         else:
             raise TypeError(
