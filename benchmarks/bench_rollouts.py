@@ -34,8 +34,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rllog.rollouts import write_rollouts  # noqa: E402
-from rllog.storage import LocalStorage  # noqa: E402
+from rllog.rollouts import write_rollouts
+from rllog.storage import LocalStorage
 
 N_GROUPS, GROUP_SIZE, N_STEPS = 128, 8, 3
 

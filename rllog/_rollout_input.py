@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from rllog.rollouts import StepSummary, TrajectorySummary
 
 _FAST = frozenset({float, int, str, bool, type(None)})
-_NUM = frozenset({float, int, bool})
 _STR = frozenset({str})
 
 _STEP_KEYS = frozenset({"step_idx", "ob_len", "ac_len", "reward", "episode_done", "metrics", "logs"})

@@ -337,9 +337,12 @@ def _rollout_files(
         if parsed is None or parsed[3] != "rollout_summaries":
             continue
         f_split, f_eval, f_iter, _ = parsed
-        if (split is None or f_split == split) and (eval_name is None or f_eval == eval_name):
-            if iteration is None or f_iter == iteration:
-                found.append(((f_iter, f_split != "train", f_eval or ""), name))
+        if (
+            (split is None or f_split == split)
+            and (eval_name is None or f_eval == eval_name)
+            and (iteration is None or f_iter == iteration)
+        ):
+            found.append(((f_iter, f_split != "train", f_eval or ""), name))
     return [name for _, name in sorted(found)]
 
 

@@ -488,7 +488,7 @@ def test_run_logger_backend_failure_warns_retries_and_rescues(tmp_path):
     logger.log_rollouts(3, [[{"steps": [step(4.0)]}]])
     with pytest.warns(RuntimeWarning, match="saved to"):
         logger.close()
-    rescued = [w for w in logger.warnings if "saved to" in w][0].rsplit(" ", 1)[-1]
+    rescued = next(w for w in logger.warnings if "saved to" in w).rsplit(" ", 1)[-1]
     assert os.listdir(rescued) == ["train_iteration_000003_rollout_summaries.jsonl"]
     assert [r.total_reward for r in read_rollouts(rescued + "/train_iteration_000003_rollout_summaries.jsonl")] == [4.0]
 

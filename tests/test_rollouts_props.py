@@ -8,9 +8,9 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_rollouts import STEP_KEYS, TRAJ_KEYS, assert_same_records
 
 from rllog.rollouts import build_rollout_summaries, decode_rollout_summaries, encode_rollouts
-from test_rollouts import STEP_KEYS, TRAJ_KEYS, assert_same_records
 
 # every code point, lone surrogates included
 text = st.text(st.characters(blacklist_categories=()), max_size=12)
