@@ -12,6 +12,7 @@ from __future__ import annotations
 from rllog.checkpoints import ResumeState
 from rllog.config import load_config
 from rllog.errors import ConfigError, RllogError, RunFormatError, StorageError, StoragePermanentError
+from rllog.reader import MetricsTail, Run, read_run
 from rllog.rollouts import (
     StepSummary,
     TrajectorySummary,
@@ -28,6 +29,9 @@ __version__ = "0.1.0"
 __all__ = [
     "RunLogger",
     "ResumeState",
+    "read_run",
+    "Run",
+    "MetricsTail",
     "load_config",
     "Storage",
     "LocalStorage",

@@ -59,6 +59,7 @@ class DemoConfig:
     eval_every: int = 10
     num_groups_to_log: int = 4
     seed: int = 0
+    iteration_delay: float = 0.0  # seconds of sleep per iteration, to watch a run live
 
 
 def _answer_tokens(total: int) -> list[int]:
@@ -113,7 +114,7 @@ def _sample(policy: Policy, a: np.ndarray, b: np.ndarray, rng: np.random.Generat
 def _grade(a: np.ndarray, b: np.ndarray, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
     """Verifier: (reward, correct, well_formed, answer_text) per sample."""
     reward, correct, formed, texts = [], [], [], []
-    for ai, bi, seq in zip(a, b, tokens):
+    for ai, bi, seq in zip(a, b, tokens, strict=True):
         toks = [int(t) for t in seq if t >= 0]
         digits = toks[:-1] if toks and toks[-1] == EOS else toks
         text = "".join(str(t) for t in digits if t != EOS)
@@ -264,6 +265,8 @@ def run_demo(cfg: DemoConfig, *, resume: bool = False, quiet: bool = False, **st
                 metrics.update(eval_metrics)
                 metrics["time/run_evals"] = time.monotonic() - t2
                 logger.log_rollouts(i, eval_records, eval_name="test")
+            if cfg.iteration_delay:
+                time.sleep(cfg.iteration_delay)
             metrics["time/total"] = time.monotonic() - t0
             logger.log_rollouts(i, records)
             logger.log_metrics(i, metrics)

@@ -102,6 +102,7 @@ class RunLogger:
         self._closed = False
         self._warned: set[str] = set()
         self._pending: list[bytes] = []  # rows the backend refused, retried in order
+        self._pending_offset = 0  # bytes of _pending[0] already written
         self._unwritten_rollouts: dict[str, bytes] = {}  # rollout summary files the backend refused
         self._lock = threading.Lock()
         self._encoder = MetricsEncoder(strict_json=strict_json)
@@ -223,24 +224,38 @@ class RunLogger:
                 try:
                     if self._fd is None:
                         self.storage.append(METRICS_FILE, bytes(row))
-                    elif os.write(self._fd, row) != len(row):
-                        raise OSError(f"short write to {self.log_path}/{METRICS_FILE}")
+                    else:
+                        n = os.write(self._fd, row)
+                        if n != len(row):  # a short write: the rest goes out with the backlog
+                            self._pending.append(bytes(row))
+                            self._pending_offset = n
+                            self._drain()
                 except OSError as exc:
                     self._pending.append(bytes(row))
+                    self._pending_offset = 0
                     self._backend_failed(exc)
         if self.console:
             self._print_row(step, metrics)
 
     def _drain(self) -> None:
-        """Write rows held back by an earlier failure, in order; keep what still fails."""
+        """Write rows held back by an earlier failure, in order; keep what still fails.
+
+        ``_pending_offset`` bytes of the first held row are already in the file (a short
+        write); only the rest is written, so no row is cut or doubled.
+        """
         while self._pending:
             row = self._pending[0]
             try:
-                self.storage.append(METRICS_FILE, row)
+                if self._fd is None:
+                    self.storage.append(METRICS_FILE, row)
+                else:
+                    while self._pending_offset < len(row):
+                        self._pending_offset += os.write(self._fd, row[self._pending_offset :])
             except OSError as exc:
                 self._backend_failed(exc)
                 return
             self._pending.pop(0)
+            self._pending_offset = 0
 
     def _backend_failed(self, exc: BaseException) -> None:
         self._warn_once(
@@ -441,18 +456,34 @@ class RunLogger:
                 f"{self.log_path}; they were saved to {folder}"
             )
         if self._pending:
-            fd, path = tempfile.mkstemp(prefix="rllog-unwritten-", suffix=".jsonl")
-            with os.fdopen(fd, "wb") as f:
-                f.writelines(self._pending)
-            self._note(
-                f"{len(self._pending)} metric row(s) could not be written to {self.log_path}/{METRICS_FILE}; "
-                f"they were saved to {path}"
-            )
+            self._rescue()
         if self._owns_storage:
             try:
                 self.storage.close()
             except OSError as exc:
                 self._note(f"closing {self.log_path} failed: {exc}")
+
+    def _rescue(self) -> None:
+        """Save rows the backend never took to a local temp file, else print them to stderr."""
+        what = f"{len(self._pending)} metric row(s) could not be written to {self.log_path}/{METRICS_FILE}"
+        if self._pending_offset:
+            what += f" (the first was cut after {self._pending_offset} bytes; a reader skips that torn line)"
+        path = None
+        try:
+            fd, path = tempfile.mkstemp(prefix="rllog-unwritten-", suffix=".jsonl")
+            with os.fdopen(fd, "wb") as f:
+                f.writelines(self._pending)
+        except OSError as exc:
+            if path:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+            sys.stderr.write(f"rllog: {what}, nor to a temp file ({exc}); here they are:\n")
+            sys.stderr.write(b"".join(self._pending).decode("utf-8", "replace"))
+            self._note(f"{what}, nor to a temp file ({exc}); they were printed to stderr")
+        else:
+            self._note(f"{what}; they were saved to {path}")
 
     def __enter__(self) -> RunLogger:
         return self

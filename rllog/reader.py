@@ -1,0 +1,506 @@
+"""Reading runs: :func:`read_run` gives a :class:`Run` with metrics, config, checkpoints and iterations.
+
+Works on run folders written by rllog or tinker-cookbook, on single metrics JSONL files
+(``arithmetic_metrics.jsonl`` finds ``arithmetic_checkpoints.jsonl`` beside it), on a
+TRL ``trainer_state.json``, and on URIs (``gs://``, ``s3://``, ``memory://``) through
+:func:`rllog.storage.open_storage`.
+
+Repeated steps (eval rows, trailing summary rows, restarts appended to one file) follow
+the rule in :mod:`rllog._segments`: one row per step, the latest segment wins, and the
+rows it replaced stay available as :attr:`Run.superseded`, together with the rows the
+writer moved aside into ``metrics.superseded.jsonl`` when a run was resumed.
+
+Nothing here imports pandas until a DataFrame is asked for: :attr:`Run.rows` gives the
+same data as plain dicts.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rllog._jsonl import TORN_SUFFIX, JsonlTail
+from rllog._names import ARTIFACT_KINDS, parse_artifact_name
+from rllog._segments import StepResolver
+from rllog.checkpoints import CHECKPOINTS_FILE
+from rllog.encoding import decode_json
+from rllog.errors import RunFormatError
+from rllog.run_logger import CONFIG_FILE, METRICS_FILE, SUPERSEDED_FILE
+from rllog.storage import LocalStorage, Storage, open_storage
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["read_run", "Run", "Iteration", "Artifact", "MetricsTail", "STEP_KEYS", "EVAL_PREFIXES"]
+
+#: step columns tried in order when ``step_key`` is not given: rllog/tinker/TRL ``step``,
+#: HF/custom ``global_step``, W&B ``_step``, then ``iteration`` and ``grad_step``.
+STEP_KEYS = ("step", "global_step", "_step", "iteration", "grad_step")
+
+#: metric name prefixes of evaluation metrics (tinker ``test/...``, TRL ``eval_...``).
+#: ``val/`` is not one: PPO's ``val/ratio`` is a training metric.
+EVAL_PREFIXES = ("eval/", "eval_", "test/", "test_")
+
+MetricsTail = JsonlTail
+"""Incremental reader of a growing JSONL file; see :class:`rllog._jsonl.JsonlTail`."""
+
+_FLAT_HTML = re.compile(r"iteration_(\d{6,})\.html")  # old tinker-cookbook: no train_ prefix
+_NESTED = re.compile(r"iteration_(\d{6,})/(train|eval_.+?)(\.html|_logtree\.json|_rollout_summaries\.jsonl)")
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One per-iteration file: ``name`` inside the run, ``split`` ``"train"``/``"eval"``,
+    ``eval_name`` (the safe evaluator name, None for train), ``kind`` in
+    ``"html"``, ``"logtree"``, ``"rollout_summaries"``."""
+
+    name: str
+    split: str
+    eval_name: str | None
+    iteration: int
+    kind: str
+
+
+@dataclass
+class Iteration:
+    """The artifacts of one iteration, sorted by (split, evaluator, kind)."""
+
+    iteration: int
+    artifacts: list[Artifact]
+
+    def find(self, kind: str, eval_name: str | None = None) -> Artifact | None:
+        """The train artifact of ``kind`` (``eval_name=None``) or evaluator ``eval_name``'s, else None."""
+        for a in self.artifacts:
+            if a.kind == kind and a.eval_name == eval_name:
+                return a
+        return None
+
+    @property
+    def eval_names(self) -> list[str]:
+        """Evaluators with an artifact in this iteration, sorted."""
+        return sorted({a.eval_name for a in self.artifacts if a.eval_name is not None})
+
+
+def parse_iteration_file(name: str) -> Artifact | None:
+    """The :class:`Artifact` a run file name stands for, else None.
+
+    Knows the DESIGN.md names (``train_iteration_000012.html``,
+    ``eval_<name>_iteration_000012_logtree.json``, ...), the old flat tinker-cookbook
+    ``iteration_000012.html`` (train) and the nested ``iteration_000012/train.html``,
+    ``iteration_000012/eval_<name>_rollout_summaries.jsonl`` layout.
+    """
+    if "/" not in name:
+        parsed = parse_artifact_name(name)
+        if parsed is None:
+            m = _FLAT_HTML.fullmatch(name)
+            return Artifact(name, "train", None, int(m[1]), "html") if m else None
+    else:
+        m = _NESTED.fullmatch(name)
+        if m is None:
+            return None
+        parsed = parse_artifact_name(f"{m[2]}_iteration_{m[1]}{m[3]}")
+        if parsed is None:
+            return None
+    split, eval_name, iteration, kind = parsed
+    return Artifact(name, split, eval_name, iteration, kind)
+
+
+def _is_eval(column: str) -> bool:
+    return column.startswith(EVAL_PREFIXES)
+
+
+class Run:
+    """A run read from storage. Build it with :func:`read_run`.
+
+    Attributes:
+        storage: the :class:`~rllog.storage.Storage` of the run folder.
+        url: the folder's URL (or local path).
+        metrics_name: the metrics file inside it (``"metrics.jsonl"``, or e.g.
+            ``"arithmetic_metrics.jsonl"``, ``"trainer_state.json"``).
+        step_key: the step column (see :data:`STEP_KEYS`), None if the rows have none.
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        metrics_name: str,
+        *,
+        prefix: str | None = "",
+        step_key: str | None = None,
+        trl_state: dict[str, Any] | None = None,
+    ) -> None:
+        self.storage = storage
+        self.url = storage.url
+        self.metrics_name = metrics_name
+        self._prefix = prefix
+        self._requested_step_key = step_key
+        self._trl_state = trl_state
+        self._frames: dict[str, tuple[int, Any]] = {}
+        self._iterations: list[Iteration] | None = None
+        self._load()
+
+    # -- loading -------------------------------------------------------------------------
+    def _sibling(self, name: str) -> str | None:
+        return None if self._prefix is None else f"{self._prefix}{name}"
+
+    def _load(self) -> None:
+        self._notes: list[str] = []
+        self._iterations = None
+        self._frames.clear()
+        if self._trl_state is not None:
+            from rllog.importers import trl_rows
+
+            rows, self.config, self._notes = trl_rows(self._trl_state)
+            self._tail = self._ckpt_tail = None
+            raw = [(i, {"step": s, **m}) for i, (s, m) in enumerate(rows, 1)]
+            self.checkpoints: list[dict[str, Any]] = []
+        else:
+            self._tail = MetricsTail(self.storage, self.metrics_name)
+            raw = self._tail.poll(final=True)
+            if self._tail.offset == 0 and not self.storage.exists(self.metrics_name):
+                self._notes.append(f"no {self.metrics_name} in {self.url}: the run has logged no metrics yet")
+            torn = self.metrics_name + TORN_SUFFIX
+            if self.storage.exists(torn):
+                self._notes.append(f"{torn}: torn rows (cut mid-write by a killed process) the writer moved aside")
+            self.config = self._read_config()
+            self._ckpt_tail = None
+            self.checkpoints = []
+            name = self._sibling(CHECKPOINTS_FILE)
+            if name is not None:
+                self._ckpt_tail = MetricsTail(self.storage, name)
+                self.checkpoints = [row for _, row in self._ckpt_tail.poll(final=True)]
+        self.step_key = self._choose_step_key(raw)
+        self._resolver = StepResolver(self.step_key)
+        for line, row in raw:
+            self._resolver.add(line, row)
+        self._moved_aside = self._read_moved_aside()
+
+    def _choose_step_key(self, raw: list[tuple[int, dict]]) -> str | None:
+        if self._requested_step_key is not None:
+            return self._requested_step_key
+        if not raw:
+            return "step"
+        first = raw[0][1]
+        return next((k for k in STEP_KEYS if k in first), None)
+
+    def _read_config(self) -> dict[str, Any] | None:
+        name = self._sibling(CONFIG_FILE)
+        if name is None:
+            return None
+        try:
+            data = self.storage.read(name)
+        except FileNotFoundError:
+            return None
+        try:
+            config = decode_json(data)
+        except ValueError as exc:
+            self._notes.append(f"{name}: not JSON ({exc}); config not read")
+            return None
+        if not isinstance(config, dict):
+            self._notes.append(f"{name}: expected a JSON object, got {type(config).__name__}; config not read")
+            return None
+        return config
+
+    def _read_moved_aside(self) -> list[tuple[int, dict]]:
+        name = self._sibling(SUPERSEDED_FILE)
+        if name is None:
+            return []
+        tail = MetricsTail(self.storage, name)
+        rows = tail.poll(final=True)
+        self._notes += tail.problems + ([tail.torn] if tail.torn else [])
+        return rows
+
+    def refresh(self) -> list[dict[str, Any]]:
+        """Read what was appended since the last read; returns the new metric rows as logged.
+
+        Only new bytes of metrics.jsonl and checkpoints.jsonl are read; config.json is read
+        again and the iterations listed again. If metrics.jsonl was rewritten (it shrank,
+        e.g. rows moved aside on resume) the run is read again from the start and every
+        standing row is returned.
+        """
+        if self._tail is None:  # a trainer_state.json is read whole
+            return []
+        self._iterations = None
+        rows = self._tail.poll()
+        if self._tail.rewritten:
+            self._load()
+            return list(self.rows)
+        for line, row in rows:
+            self._resolver.add(line, row)
+        if self._ckpt_tail is not None:
+            self.checkpoints += [row for _, row in self._ckpt_tail.poll()]
+        self.config = self._read_config()
+        return [row for _, row in rows]
+
+    # -- metrics -------------------------------------------------------------------------
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        """The standing metric rows as dicts: one per step, steps increasing (see :mod:`rllog._segments`),
+        then rows without a step. Values as logged; NaN/Infinity tokens are floats, null is None."""
+        r = self._resolver
+        return r.kept + [row for _, row in r.unstepped]
+
+    @property
+    def rows_read(self) -> int:
+        """Metric rows parsed from the file (standing, merged and superseded)."""
+        return self._resolver.added
+
+    @property
+    def restarts(self) -> list[tuple[int, Any]]:
+        """``(line, step)`` where each restart found in the metrics file begins (empty for one segment)."""
+        return list(self._resolver.restarts)
+
+    @property
+    def merged_rows(self) -> int:
+        """Rows merged into a previous row of the same step (eval-only rows, summary rows)."""
+        return self._resolver.merged
+
+    def _frame(self, what: str, build) -> pd.DataFrame:
+        version = self._resolver.version
+        cached = self._frames.get(what)
+        if cached is None or cached[0] != version:
+            cached = self._frames[what] = (version, build())
+        return cached[1]
+
+    @property
+    def metrics(self) -> pd.DataFrame:
+        """The standing rows (:attr:`rows`) as a DataFrame, the step column first.
+
+        Columns are in first-logged order; numbers and nulls give float64 columns (null
+        and NaN both NaN); string-valued metrics keep their strings (pandas' string
+        dtype, ``object`` before pandas 3). Built on first use and after :meth:`refresh`,
+        then cached: treat it as read-only.
+        """
+        return self._frame("metrics", lambda: _to_frame(self.rows, self.step_key))
+
+    @property
+    def eval_columns(self) -> list[str]:
+        """Metric columns that hold evaluation results (names starting with :data:`EVAL_PREFIXES`)."""
+        return [c for c in self.metrics.columns if _is_eval(c)]
+
+    @property
+    def train_metrics(self) -> pd.DataFrame:
+        """The step column and the non-eval columns, on rows that have a non-eval value."""
+        return self._frame("train", lambda: self._split(train=True))
+
+    @property
+    def eval_metrics(self) -> pd.DataFrame:
+        """The step column and the eval columns, on rows that have an eval value (e.g. every 20th step)."""
+        return self._frame("eval", lambda: self._split(train=False))
+
+    def _split(self, train: bool) -> pd.DataFrame:
+        df = self.metrics
+        cols = [c for c in df.columns if c != self.step_key and _is_eval(c) != train]
+        keep = [self.step_key] if self.step_key in df.columns else []
+        part = df[keep + cols]
+        return part[part[cols].notna().any(axis=1)].reset_index(drop=True) if cols else part.iloc[:0]
+
+    @property
+    def superseded(self) -> pd.DataFrame:
+        """Rows that no longer stand, as logged: columns ``_source`` (file name) and ``_line``
+        (1-based line in it), then the metrics. Holds the rows a later segment of the
+        metrics file replaced, and the rows in ``metrics.superseded.jsonl`` (moved aside
+        by the writer on resume)."""
+        return self._frame("superseded", lambda: _to_frame(self.superseded_rows, None))
+
+    @property
+    def superseded_rows(self) -> list[dict[str, Any]]:
+        """:attr:`superseded` as dicts (``_source``, ``_line``, then the row as logged)."""
+        out = [{"_source": self.metrics_name, "_line": line, **row} for line, row in sorted(self._resolver.superseded, key=_line)]
+        aside = self._sibling(SUPERSEDED_FILE)
+        return out + [{"_source": aside, "_line": line, **row} for line, row in self._moved_aside]
+
+    # -- iterations and their artifacts --------------------------------------------------------
+    def files(self) -> list[tuple[str, int]]:
+        """``(name, size in bytes)`` of every file of the run (for a single-file run: that file and its siblings)."""
+        if self._prefix is None:
+            names = [self.metrics_name]
+        else:
+            names = self.storage.list(self._prefix)
+            if self._prefix:  # a prefixed file's siblings, not other runs' folders
+                names = [n for n in names if "/" not in n]
+        out = []
+        for n in names:
+            try:
+                out.append((n, self.storage.size(n)))
+            except FileNotFoundError:  # removed while listing
+                pass
+        return out
+
+    @property
+    def iterations(self) -> list[Iteration]:
+        """Iterations with at least one artifact, sorted; listed on first use and after :meth:`refresh`."""
+        if self._iterations is None:
+            found: dict[int, list[Artifact]] = {}
+            if self._prefix == "" and self._trl_state is None:
+                for name in self.storage.list():
+                    a = parse_iteration_file(name)
+                    if a is not None:
+                        found.setdefault(a.iteration, []).append(a)
+            order = list(ARTIFACT_KINDS)
+            self._iterations = [
+                Iteration(i, sorted(arts, key=lambda a: (a.split != "train", a.eval_name or "", order.index(a.kind))))
+                for i, arts in sorted(found.items())
+            ]
+        return self._iterations
+
+    def artifact(self, iteration: int, kind: str, eval_name: str | None = None) -> Artifact:
+        """The artifact of ``kind`` for ``iteration`` (train, or evaluator ``eval_name``).
+
+        Raises:
+            FileNotFoundError: the run has no such artifact; the message lists what that
+                iteration has.
+        """
+        for it in self.iterations:
+            if it.iteration == iteration:
+                found = it.find(kind, eval_name)
+                if found is not None:
+                    return found
+                have = ", ".join(a.name for a in it.artifacts)
+                break
+        else:
+            have = "nothing (no such iteration)"
+        who = "train" if eval_name is None else f"evaluator {eval_name!r}"
+        raise FileNotFoundError(f"{self.url}: no {kind} for {who} at iteration {iteration}; it has {have}")
+
+    def html(self, iteration: int, eval_name: str | None = None) -> str:
+        """The logtree HTML report of an iteration, as text. Raises FileNotFoundError like :meth:`artifact`."""
+        return self.storage.read(self.artifact(iteration, "html", eval_name).name).decode("utf-8", "replace")
+
+    def logtree(self, iteration: int, eval_name: str | None = None) -> dict[str, Any]:
+        """The logtree JSON of an iteration (``{title, started_at, path, root}``), read on each call.
+
+        Raises:
+            FileNotFoundError: like :meth:`artifact`.
+            RunFormatError: the file is not a JSON object.
+        """
+        name = self.artifact(iteration, "logtree", eval_name).name
+        try:
+            tree = decode_json(self.storage.read(name))
+        except ValueError as exc:
+            raise RunFormatError(f"{self.url}/{name}: not JSON ({exc})") from None
+        if not isinstance(tree, dict):
+            raise RunFormatError(f"{self.url}/{name}: expected a JSON object, got {type(tree).__name__}")
+        return tree
+
+    def rollout_summaries(self, iteration: int, eval_name: str | None = None) -> list[dict[str, Any]]:
+        """The per-trajectory rollout summaries of an iteration (one dict per trajectory, DESIGN.md §1),
+        read on each call. Damaged lines are skipped and reported in :attr:`warnings`.
+
+        Raises:
+            FileNotFoundError: like :meth:`artifact`.
+        """
+        name = self.artifact(iteration, "rollout_summaries", eval_name).name
+        tail = MetricsTail(self.storage, name)
+        rows = tail.poll(final=True)
+        for note in tail.problems + ([tail.torn] if tail.torn else []):
+            if note not in self._notes:
+                self._notes.append(note)
+        # Seam: rllog.rollouts (another module) may turn these dicts into typed records.
+        return [row for _, row in rows]
+
+    # -- reporting -------------------------------------------------------------------------
+    @property
+    def warnings(self) -> list[str]:
+        """What a reader of this run should know: damaged or torn lines (with line numbers),
+        restarts found in the metrics file, missing files, rows without a step."""
+        out = list(self._notes)
+        for tail in (self._tail, self._ckpt_tail):
+            if tail is not None:
+                out += tail.problems + ([tail.torn] if tail.torn else [])
+        r = self._resolver
+        if r.restarts:
+            where = ", ".join(f"line {line} ({self.step_key} {step})" for line, step in r.restarts[:5])
+            more = f" and {len(r.restarts) - 5} more" if len(r.restarts) > 5 else ""
+            out.append(
+                f"{self.metrics_name}: {len(r.restarts)} restart(s) appended in one file, at {where}{more}; "
+                f"the latest segment wins, {len(r.superseded)} superseded rows are in Run.superseded"
+            )
+        if r.unstepped:
+            what = f"no {self.step_key!r}" if self.step_key else f"none of the step keys {', '.join(STEP_KEYS)}"
+            out.append(f"{self.metrics_name}: {len(r.unstepped)} rows have {what}; kept at the end in file order")
+        return out
+
+    def __repr__(self) -> str:
+        return f"<Run {self.url!r} {self.metrics_name}: {len(self.rows)} rows, {len(self.iterations)} iterations>"
+
+
+def _line(item: tuple[int, dict]) -> int:
+    return item[0]
+
+
+def _to_frame(rows: list[dict[str, Any]], first: str | None) -> pd.DataFrame:
+    import pandas as pd
+
+    df = pd.DataFrame.from_records(rows) if rows else pd.DataFrame()
+    if first is not None and first in df.columns and df.columns[0] != first:
+        df = df[[first] + [c for c in df.columns if c != first]]
+    for c in df.columns:  # a column of nulls only is a float column of NaN
+        if df[c].dtype == object and df[c].isna().all():
+            df[c] = df[c].astype("float64")
+    return df
+
+
+def _split_url(url: str) -> tuple[str, str]:
+    head, _, tail = url.rstrip("/").rpartition("/")
+    return head, tail
+
+
+def read_run(log_path: str | os.PathLike[str] | Storage, *, step_key: str | None = None, **storage_options: Any) -> Run:
+    """Read a run.
+
+    Args:
+        log_path: a run folder (local path or URI such as ``gs://bucket/run``,
+            ``s3://...``, ``memory://...``) holding ``metrics.jsonl``; or one metrics
+            JSONL file (siblings ``<prefix>config.json``, ``<prefix>checkpoints.jsonl``
+            are read when its name is ``<prefix>metrics.jsonl``); or a TRL
+            ``trainer_state.json`` (its ``log_history`` as metrics, its other fields as
+            config; see :mod:`rllog.importers`); or an open Storage.
+        step_key: the step column; default the first of :data:`STEP_KEYS` in the first row.
+        storage_options: passed to fsspec for URIs (e.g. ``token="anon"``).
+
+    Damage does not raise: damaged lines, a torn final line and restarts are reported in
+    :attr:`Run.warnings`.
+
+    Raises:
+        FileNotFoundError: nothing exists at ``log_path``.
+        RunFormatError: a ``.json`` file that is not a TRL trainer state.
+        OSError: the storage failed.
+    """
+    if not isinstance(log_path, (str, os.PathLike)):
+        return Run(open_storage(log_path), METRICS_FILE, step_key=step_key)
+    url = os.fspath(log_path).removeprefix("file://")
+    if "://" not in url:
+        path = Path(url).expanduser()
+        if path.is_dir():
+            return Run(LocalStorage(path), METRICS_FILE, step_key=step_key)
+        if not path.is_file():
+            raise FileNotFoundError(f"no run at {path}: expected a folder with metrics.jsonl, a .jsonl file or trainer_state.json")
+        storage: Storage = LocalStorage(path.parent)
+        name = path.name
+    else:
+        parent, name = _split_url(url)
+        storage = open_storage(url, **storage_options)
+        if "." not in name or storage.exists(METRICS_FILE) or not parent:
+            if not storage.list():
+                raise FileNotFoundError(f"no run at {url}: no files there")
+            return Run(storage, METRICS_FILE, step_key=step_key)
+        storage = open_storage(parent, **storage_options)
+        if not storage.exists(name):
+            raise FileNotFoundError(f"no run at {url}: no such file or folder")
+    if name.endswith(".json"):
+        try:
+            state = decode_json(storage.read(name))
+        except ValueError as exc:
+            raise RunFormatError(f"{storage.url}/{name}: not JSON ({exc})") from None
+        if not isinstance(state, dict) or not isinstance(state.get("log_history"), list):
+            raise RunFormatError(
+                f"{storage.url}/{name}: expected a TRL trainer_state.json (an object with a 'log_history' list); "
+                "for a run folder pass the folder"
+            )
+        return Run(storage, name, prefix=None, step_key=step_key, trl_state=state)
+    prefix = name[: -len(METRICS_FILE)] if name.endswith(METRICS_FILE) else None
+    return Run(storage, name, prefix=prefix, step_key=step_key)
