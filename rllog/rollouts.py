@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from rllog._names import artifact_name, parse_artifact_name, safe_eval_name
+from rllog._names import artifact_name, safe_eval_name
 from rllog._rollout_input import build
 from rllog.encoding import to_jsonable
 from rllog.errors import RunFormatError
@@ -331,18 +331,19 @@ def _rollout_files(
         if split == "train":
             raise ValueError(f"eval_name={eval_name!r} with split='train': evaluator files are split 'eval'")
         split, eval_name = "eval", safe_eval_name(eval_name)
+    from rllog.reader import parse_iteration_file  # also knows tinker-cookbook's iteration_NNNNNN/ layout
+
     found = []
     for name in storage.list():
-        parsed = parse_artifact_name(name) if "/" not in name else None
-        if parsed is None or parsed[3] != "rollout_summaries":
-            continue
-        f_split, f_eval, f_iter, _ = parsed
+        a = parse_iteration_file(name)
         if (
-            (split is None or f_split == split)
-            and (eval_name is None or f_eval == eval_name)
-            and (iteration is None or f_iter == iteration)
+            a is not None
+            and a.kind == "rollout_summaries"
+            and (split is None or a.split == split)
+            and (eval_name is None or a.eval_name == eval_name)
+            and (iteration is None or a.iteration == iteration)
         ):
-            found.append(((f_iter, f_split != "train", f_eval or ""), name))
+            found.append(((a.iteration, a.split != "train", a.eval_name or ""), name))
     return [name for _, name in sorted(found)]
 
 
@@ -358,7 +359,8 @@ def read_rollouts(
     ``source`` is a run (``log_path`` folder, URL such as ``gs://bucket/run``, or a
     :class:`Storage`), or the path of one local ``*_rollout_summaries.jsonl`` file (then
     the filters are ignored). Files come in order of iteration, train before eval,
-    evaluators by name. Filters: ``iteration`` (None = all), ``split`` (``"train"``,
+    evaluators by name; tinker-cookbook's ``iteration_NNNNNN/train_rollout_summaries.jsonl``
+    layout is read too. Filters: ``iteration`` (None = all), ``split`` (``"train"``,
     ``"eval"``, None = both), ``eval_name`` (one evaluator, raw or file-safe name).
 
     Raises:

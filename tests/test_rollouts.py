@@ -223,6 +223,17 @@ def test_eval_file_name_split_and_filters(storage):
         list(read_rollouts(storage, split="test"))
 
 
+def test_reads_tinker_cookbook_nested_layout(storage):
+    """Newer tinker-cookbook runs keep iteration_NNNNNN/train_rollout_summaries.jsonl."""
+    write_rollouts(storage, 3, [[{"steps": [step(1.0)]}]])
+    data = storage.read("train_iteration_000003_rollout_summaries.jsonl")
+    storage.remove("train_iteration_000003_rollout_summaries.jsonl")
+    storage.write("iteration_000003/train_rollout_summaries.jsonl", data)
+    storage.write("iteration_000003/eval_test_rollout_summaries.jsonl", data.replace(b'"train"', b'"eval/test"'))
+    assert [(r.split, r.iteration) for r in read_rollouts(storage)] == [("train", 3), ("eval/test", 3)]
+    assert [r.split for r in read_rollouts(storage, 3, eval_name="test")] == ["eval/test"]
+
+
 def test_read_from_path_url_and_single_file(tmp_path):
     st = open_storage(tmp_path)
     write_rollouts(st, 7, sample_groups())
