@@ -9,6 +9,7 @@ See README.md for the files a run writes and DESIGN.md for their formats.
 
 from __future__ import annotations
 
+from rllog import logtree
 from rllog.checkpoints import ResumeState
 from rllog.config import load_config
 from rllog.errors import ConfigError, RllogError, RunFormatError, StorageError, StoragePermanentError
@@ -28,6 +29,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "RunLogger",
+    "logtree",
     "ResumeState",
     "read_run",
     "Run",

@@ -31,6 +31,7 @@ from typing import Any
 import chz
 import numpy as np
 
+from rllog import logtree
 from rllog.rollouts import TrajectorySummary, build_rollout_summaries, summarize_rollouts
 from rllog.run_logger import RunLogger
 
@@ -128,6 +129,24 @@ def _grade(a: np.ndarray, b: np.ndarray, tokens: np.ndarray) -> tuple[np.ndarray
     return np.array(reward), np.array(correct), np.array(formed), texts
 
 
+def _log_groups(a: np.ndarray, b: np.ndarray, texts: list[str], reward: np.ndarray, ac_tokens: np.ndarray,
+                group_size: int) -> None:
+    """Logtree content of a batch: one group per prompt, one scope per sampled answer."""
+    for g in range(len(a) // group_size):
+        rows = range(g * group_size, (g + 1) * group_size)
+        with logtree.group(g):
+            for t, k in enumerate(rows):
+                if logtree.is_active():
+                    with logtree.scope(f"Trajectory {t}"):
+                        logtree.conversation([
+                            {"role": "user", "content": f"What is {a[k]} + {b[k]}?"},
+                            {"role": "assistant", "content": texts[k]},
+                        ])
+                        logtree.text(f"reward {reward[k]:.2f} (expected {a[k] + b[k]})")
+                logtree.trajectory_stats(t, final_reward=float(reward[k]),
+                                         steps=[{"ob_len": 7, "ac_len": int(ac_tokens[k]), "reward": 0.0}])
+
+
 def _train_step(policy: Policy, batch: dict[str, np.ndarray], adv: np.ndarray, lr: float, substeps: int) -> dict[str, float]:
     """Importance-weighted policy gradient over ``substeps`` minibatches of the batch."""
     a, b = batch["a"], batch["b"]
@@ -200,6 +219,7 @@ def _evaluate(policy: Policy, iteration: int, samples_per_prompt: int = 4) -> tu
     a, b = np.divmod(np.repeat(np.arange(100), samples_per_prompt), 10)
     out = _sample(policy, a, b, np.random.default_rng(12345))
     reward, correct, formed, texts = _grade(a, b, out["tokens"])
+    _log_groups(a, b, texts, reward, out["mask"].sum(1), samples_per_prompt)
     groups = _rollout_groups(a, b, out["mask"], reward, correct, formed, texts, samples_per_prompt)
     records = build_rollout_summaries(groups, iteration, eval_name="test", tags=["arithmetic"],
                                       sampling_client_step=iteration)
@@ -241,6 +261,8 @@ def run_demo(cfg: DemoConfig, *, resume: bool = False, quiet: bool = False, **st
             batch["a"], batch["b"], batch["group_size"] = a, b, cfg.group_size
             reward, correct, formed, texts = _grade(a, b, batch["tokens"])
             t_sample = time.monotonic() - t0
+            with logger.iteration(i, num_groups_to_log=cfg.num_groups_to_log):
+                _log_groups(a, b, texts, reward, batch["mask"].sum(1), cfg.group_size)
             groups_r = reward.reshape(cfg.groups_per_batch, cfg.group_size)
             adv = (groups_r - groups_r.mean(axis=1, keepdims=True)).reshape(-1)
             t1 = time.monotonic()
@@ -261,7 +283,8 @@ def run_demo(cfg: DemoConfig, *, resume: bool = False, quiet: bool = False, **st
             }
             if cfg.eval_every and (i % cfg.eval_every == 0 or i == cfg.n_batches - 1):
                 t2 = time.monotonic()
-                eval_metrics, eval_records = _evaluate(policy, i)
+                with logger.evaluation("test", i, num_groups_to_log=cfg.num_groups_to_log):
+                    eval_metrics, eval_records = _evaluate(policy, i)
                 metrics.update(eval_metrics)
                 metrics["time/run_evals"] = time.monotonic() - t2
                 logger.log_rollouts(i, eval_records, eval_name="test")
@@ -286,6 +309,7 @@ def run_demo(cfg: DemoConfig, *, resume: bool = False, quiet: bool = False, **st
     say(
         f"\nDone. The run's files are in {path}:\n"
         f"  metrics.jsonl, config.json, checkpoints.jsonl, code.diff, checkpoints/*.npz,\n"
+        f"  train_iteration_NNNNNN.html + _logtree.json, eval_test_iteration_NNNNNN.html + _logtree.json\n"
         f"  train_iteration_NNNNNN_rollout_summaries.jsonl, eval_test_iteration_NNNNNN_rollout_summaries.jsonl\n"
         f"Look at them:\n"
         f"  rllog summary {path}\n"

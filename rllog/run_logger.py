@@ -24,6 +24,7 @@ and ``close`` says what could not be written and where it was saved instead. Mis
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -364,6 +365,48 @@ class RunLogger:
             )
         self.storage.append(CHECKPOINTS_FILE, line)
         self.storage.flush(durable=True)
+
+    # -- logtree reports (rllog.logtree) ---------------------------------------------
+
+    def iteration(self, iteration: int, *, num_groups_to_log: int = 4, title: str | None = None) -> Any:
+        """Trace training iteration ``iteration`` with :mod:`rllog.logtree`; at the end of
+        the block write ``train_iteration_NNNNNN.html`` and ``..._logtree.json``.
+
+        ``with logger.iteration(i) as trace:`` makes a fresh :class:`rllog.logtree.Trace`
+        current, so ``logtree.scope/group/text/conversation/...`` calls inside (also from
+        asyncio tasks it starts) go into it. Groups with index ``< num_groups_to_log``
+        get full content; every group appears in "Trajectory Details". An exception in
+        the block is recorded in the report, which is still written, and re-raised. A
+        storage failure while writing is warned about once, never raised.
+
+        On ranks that do not write it is a cheap no-op (``trace`` is None and logtree
+        calls inside are no-ops).
+        """
+        if not self.is_writer:
+            return contextlib.nullcontext()
+        from rllog.logtree import iteration_trace
+
+        return iteration_trace(
+            self.storage, iteration, num_groups_to_log=num_groups_to_log, title=title,
+            strict_json=self.strict_json, warn=self._warn_once,
+        )
+
+    def evaluation(self, name: str, iteration: int, *, num_groups_to_log: int = 4, title: str | None = None) -> Any:
+        """Like :meth:`iteration` for evaluator ``name``: writes
+        ``eval_<name>_iteration_NNNNNN.html`` and ``..._logtree.json`` (``<name>`` made
+        file-name safe by :func:`rllog._names.safe_eval_name`).
+
+        Raises:
+            TypeError: ``name`` is not a str (raised at the ``with``, before the block runs).
+        """
+        if not self.is_writer:
+            return contextlib.nullcontext()
+        from rllog.logtree import iteration_trace
+
+        return iteration_trace(
+            self.storage, iteration, eval_name=name, num_groups_to_log=num_groups_to_log, title=title,
+            strict_json=self.strict_json, warn=self._warn_once,
+        )
 
     # -- rollout summaries (rllog.rollouts) --------------------------------------------
 

@@ -1,0 +1,267 @@
+"""Rendering a logtree :class:`~rllog.logtree.Trace` to HTML (jinja2) and JSON (msgspec).
+
+The HTML comes from ``templates/logtree.html.j2`` (+ ``logtree.css``, inlined), through
+the process's one autoescaping Environment (:mod:`rllog._templates`). The trace
+tree is first flattened in Python into a list of ``(op, a, b, c)`` events that the
+template walks in one loop (no recursive macro calls: a 64 x 16 iteration has ~20,000
+nodes). Every logged string reaches the page through jinja2 autoescaping; only
+:func:`rllog.logtree.html` markup is inserted as it is.
+
+Long texts: a text over ``COLLAPSE_CHARS`` shows its first ``HEAD_CHARS`` and folds the
+rest into a ``<details>``; past ``MAX_HTML_CHARS`` the page says how many characters
+were left out (they are in the JSON). Table cells stop at ``MAX_CELL_CHARS``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from rllog._templates import environment
+
+if TYPE_CHECKING:
+    from rllog.logtree import Node, Trace, _TraceDoc
+
+HEAD_CHARS = 2_000
+COLLAPSE_CHARS = 8_000
+MAX_HTML_CHARS = 50_000
+MAX_CELL_CHARS = 1_000
+
+_ENCODER = msgspec.json.Encoder()
+_ROLES = frozenset({"system", "user", "assistant", "tool"})
+
+
+# JSON
+
+
+def encode_trace(doc: _TraceDoc, strict_json: bool, nonfinite: bool) -> bytes:
+    """The logtree JSON bytes of ``doc``.
+
+    msgspec encodes the common case in one pass. Two cases take Python's ``json``
+    (C encoder, ``ensure_ascii``): lone surrogates, in values or keys, which msgspec
+    refuses (written as ``\\uXXXX`` escapes, read back to the same string), and
+    non-finite floats, which msgspec writes as ``null`` (written as ``NaN``/``Infinity``
+    tokens, or ``null`` with ``strict_json``).
+    """
+    if not nonfinite or strict_json:
+        try:
+            return _ENCODER.encode(doc)
+        except UnicodeEncodeError:
+            pass
+    plain = msgspec.to_builtins(doc)
+    if strict_json and nonfinite:
+        plain = _nulls(plain)
+    return json.dumps(plain, ensure_ascii=True, separators=(",", ":"), allow_nan=True).encode("ascii")
+
+
+def _nulls(value: Any) -> Any:
+    t = type(value)
+    if t is float:
+        return value if math.isfinite(value) else None
+    if t is dict:
+        return {k: _nulls(v) for k, v in value.items()}
+    if t is list:
+        return [_nulls(v) for v in value]
+    return value
+
+
+# HTML
+
+
+def html_bytes(trace: Trace) -> bytes:
+    """The HTML page as UTF-8; lone surrogates become visible ``\\udXXX`` escapes."""
+    page = render_html(trace)
+    try:
+        return page.encode("utf-8")
+    except UnicodeEncodeError:
+        return page.encode("utf-8", "backslashreplace")
+
+
+def render_html(trace: Trace) -> str:
+    """Render ``trace`` to a self-contained HTML page."""
+    doc = trace.document()
+    trajectories = doc.root.children[-1].children[1].data["trajectories"]
+    by_group: dict[int, list[dict[str, Any]]] = {}
+    for rec in trajectories:
+        by_group.setdefault(rec["group_idx"], []).append(rec)
+    group_notes = {g: _group_note(recs) for g, recs in by_group.items()}
+    events: list[tuple[Any, ...]] = []
+    logged: list[int] = []
+    _flatten(doc.root.children[:-1], events, group_notes, logged)
+    shown = set(logged)
+    page = environment().get_template("logtree.html.j2").render(
+        title=doc.title,
+        started_at=doc.started_at,
+        events=events,
+        logged_groups=logged,
+        num_groups_to_log=trace.num_groups_to_log,
+        n_trajectories=len(trajectories),
+        traj_groups=[
+            (g, group_notes[g], g in shown, [_traj_row(r) for r in recs])
+            for g, recs in sorted(by_group.items())
+        ],
+    )
+    if "\x00" in page:  # a NUL would vanish in the browser: show it
+        page = page.replace("\x00", "\u2400")
+    return page
+
+
+def _flatten(children: list[Any], out: list[tuple[Any, ...]], notes: dict[int, str], logged: list[int]) -> None:
+    append = out.append
+    for node in children:
+        if type(node) is str:
+            append(_text_op("p", node))
+            continue
+        data = node.data
+        if data is not None:
+            kind = data.get("type")
+            if kind == "conversation":
+                append(("conversation", [_message(m) for m in data["messages"]], None, None))
+            elif kind == "table":
+                rows = [[_fmt(c) for c in r] for r in data["rows"]]
+                append(("table", [_fmt(c) for c in data["columns"]], rows, data.get("caption")))
+            elif kind == "html":
+                from markupsafe import Markup
+
+                append(("html", Markup(data["html"]), None, None))
+            elif kind == "exception":
+                append(("exception", f"{data['exc_type']}: {data['message']}", _clip(data["traceback"]), None))
+            continue
+        tag = node.tag
+        kids = node.children
+        if tag == "p" or tag == "pre":
+            append(_text_op(tag, kids[0] if len(kids) == 1 else "".join(kids)))
+        elif tag == "section":
+            head = kids[0]
+            append(("section", head.tag, _text(head), None))
+            _flatten(kids[1:], out, notes, logged)
+            append(("end_section", None, None, None))
+        elif tag == "details":
+            summary = kids[0]
+            if node.attrs.get("class") == "lt-group":
+                g = int(node.attrs["id"][len("group-") :])
+                logged.append(g)
+                head = summary.children[0]
+                append(("group", head.tag, _text(head), (g, notes.get(g, ""))))
+            else:
+                append(("details", _text(summary), "open" in node.attrs, None))
+            _flatten(kids[1:], out, notes, logged)
+            append(("end_details", None, None, None))
+        else:
+            _flatten(kids, out, notes, logged)
+
+
+def _text(node: Node) -> str:
+    return "".join(c if type(c) is str else _text(c) for c in node.children)
+
+
+def _text_op(op: str, text: str) -> tuple[Any, ...]:
+    """``(op, text)`` for a short text, ``(op + "_long", clipped)`` for a long one."""
+    if len(text) <= COLLAPSE_CHARS:
+        return (op, text, None, None)
+    return (op + "_long", _clip(text), None, None)
+
+
+def _clip(text: str) -> tuple[str, str, int]:
+    """``(shown, folded, omitted_chars)`` for a text of any length."""
+    n = len(text)
+    if n <= COLLAPSE_CHARS:
+        return text, "", 0
+    return text[:HEAD_CHARS], text[HEAD_CHARS:MAX_HTML_CHARS], max(0, n - MAX_HTML_CHARS)
+
+
+def _fmt(value: Any) -> str:
+    t = type(value)
+    if t is str:
+        if len(value) > MAX_CELL_CHARS:
+            return f"{value[:MAX_CELL_CHARS]}… ({len(value) - MAX_CELL_CHARS:,} more characters in the JSON)"
+        return value
+    if t is float:
+        return f"{value:.6g}"
+    if value is None:
+        return ""
+    return str(value)
+
+
+def _message(m: dict[str, Any]) -> tuple[str, str, list[tuple[Any, ...]]]:
+    role = m.get("role", "")
+    css = role if role in _ROLES else "other"
+    content = m.get("content")
+    parts: list[tuple[Any, ...]] = []
+    if type(content) is str:
+        parts.append(_part_text(content))
+    elif isinstance(content, list):
+        for part in content:
+            parts.append(_part(part))
+    tool_calls = m.get("tool_calls")
+    if isinstance(tool_calls, list):
+        parts.extend(_tool_call(tc) for tc in tool_calls)
+    return css, role, parts
+
+
+def _part(part: Any) -> tuple[Any, ...]:
+    if type(part) is str:
+        return _part_text(part)
+    if not isinstance(part, dict):
+        return ("other", _clip(_pretty(part)), None)
+    kind = part.get("type")
+    if kind == "text" and isinstance(part.get("text"), str):
+        return _part_text(part["text"])
+    if kind == "thinking" and isinstance(part.get("thinking"), str):
+        thinking = part["thinking"]
+        return ("thinking", _clip(thinking), f"{len(thinking):,} characters")
+    if kind in ("tool_call", "function_call"):
+        return _tool_call(part.get("tool_call", part))
+    if kind == "unparsed_tool_call":
+        return ("tool_call", "unparsed tool call", _clip(f"{part.get('raw_text', '')}\n{part.get('error', '')}"))
+    if isinstance(kind, str) and "image" in kind:
+        return ("image", kind, None)
+    return ("other", _clip(_pretty(part)), None)
+
+
+def _part_text(text: str) -> tuple[Any, ...]:
+    return ("text", text, None) if len(text) <= COLLAPSE_CHARS else ("text_long", _clip(text), None)
+
+
+def _tool_call(tc: Any) -> tuple[Any, ...]:
+    if not isinstance(tc, dict):
+        return ("other", _clip(_pretty(tc)), None)
+    fn = tc.get("function") if isinstance(tc.get("function"), dict) else tc
+    name = fn.get("name", "?")
+    args = fn.get("arguments", fn.get("args", ""))
+    return ("tool_call", str(name), _clip(args if isinstance(args, str) else _pretty(args)))
+
+
+def _pretty(value: Any) -> str:
+    try:
+        return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _group_note(recs: list[dict[str, Any]]) -> str:
+    rewards = [r["total_reward"] for r in recs if isinstance(r["total_reward"], (int, float))]
+    finite = [x for x in rewards if math.isfinite(x)]
+    note = f"{len(recs)} trajectories"
+    if finite:
+        note += f" · mean reward {sum(finite) / len(finite):.4g} (min {min(finite):.4g}, max {max(finite):.4g})"
+    return note
+
+
+def _traj_row(r: dict[str, Any]) -> tuple[str, ...]:
+    steps = r["steps"]
+    ob = [s["ob_len"] for s in steps if s["ob_len"] is not None]
+    ac = [s["ac_len"] for s in steps if s["ac_len"] is not None]
+    metrics = ", ".join(f"{k}={_fmt(v)}" for k, v in r["trajectory_metrics"].items())
+    return (
+        str(r["traj_idx"]),
+        _fmt(r["total_reward"]),
+        _fmt(r["final_reward"]),
+        str(len(steps)),
+        _fmt(sum(ob)) if ob else "",
+        _fmt(sum(ac)) if ac else "",
+        _fmt(metrics),
+    )
