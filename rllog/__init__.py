@@ -17,6 +17,14 @@ from rllog.errors import ConfigError, RllogError, RunFormatError, StorageError, 
 from rllog.index import write_index
 from rllog.plot import plot_runs
 from rllog.reader import MetricsTail, Run, read_run
+from rllog.rollouts import (
+    StepSummary,
+    TrajectorySummary,
+    build_rollout_summaries,
+    read_rollouts,
+    rollouts_dataframe,
+    summarize_rollouts,
+)
 from rllog.run_logger import RunLogger
 from rllog.storage import FsspecStorage, LocalStorage, Storage, open_storage
 
@@ -46,4 +54,11 @@ __all__ = [
     "Finding",
     "write_index",
     "plot_runs",
+    # rollout summaries (rllog.rollouts)
+    "TrajectorySummary",
+    "StepSummary",
+    "build_rollout_summaries",
+    "read_rollouts",
+    "rollouts_dataframe",
+    "summarize_rollouts",
 ]

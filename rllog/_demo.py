@@ -32,11 +32,13 @@ import chz
 import numpy as np
 
 from rllog import logtree
+from rllog.rollouts import TrajectorySummary, build_rollout_summaries, summarize_rollouts
 from rllog.run_logger import RunLogger
 
 __all__ = ["DemoConfig", "run_demo"]
 
 EOS = 10
+PROMPT_TOKENS = 7  # "What is a + b?"
 BOS = 11
 VOCAB = 11
 
@@ -194,17 +196,34 @@ def _load(logger: RunLogger, rel: str, policy: Policy, rng: np.random.Generator)
         rng.bit_generator.state = json.loads(str(data["rng_state"]))
 
 
-def _evaluate(policy: Policy, samples_per_prompt: int = 4) -> dict[str, float]:
-    """Sampled answers (temperature 1) to all 100 prompts, with a fixed seed."""
+def _rollout_groups(a: np.ndarray, b: np.ndarray, mask: np.ndarray, reward: np.ndarray, correct: np.ndarray,
+                    formed: np.ndarray, texts: list[str], group_size: int) -> list[list[dict[str, Any]]]:
+    """Trajectory groups for the rollout summaries: one single-step trajectory per sampled answer."""
+    ac_len = mask.sum(1)
+    trajs = [
+        {
+            "steps": [{
+                "reward": reward[k], "ob_len": PROMPT_TOKENS, "ac_len": ac_len[k], "episode_done": True,
+                "metrics": {"correct": correct[k], "format": formed[k]},
+                "logs": {"prompt": f"What is {a[k]} + {b[k]}?", "answer": texts[k]},
+            }],
+            "final_ob_len": PROMPT_TOKENS + ac_len[k],
+        }
+        for k in range(len(a))
+    ]
+    return [trajs[g : g + group_size] for g in range(0, len(trajs), group_size)]
+
+
+def _evaluate(policy: Policy, iteration: int, samples_per_prompt: int = 4) -> tuple[dict[str, float], list[TrajectorySummary]]:
+    """Sampled answers (temperature 1) to all 100 prompts, with a fixed seed: metrics and rollout records."""
     a, b = np.divmod(np.repeat(np.arange(100), samples_per_prompt), 10)
     out = _sample(policy, a, b, np.random.default_rng(12345))
     reward, correct, formed, texts = _grade(a, b, out["tokens"])
     _log_groups(a, b, texts, reward, out["mask"].sum(1), samples_per_prompt)
-    return {
-        "test/env/all/reward/total": float(reward.mean()),
-        "test/env/all/correct": float(correct.mean()),
-        "test/env/all/format": float(formed.mean()),
-    }
+    groups = _rollout_groups(a, b, out["mask"], reward, correct, formed, texts, samples_per_prompt)
+    records = build_rollout_summaries(groups, iteration, eval_name="test", tags=["arithmetic"],
+                                      sampling_client_step=iteration)
+    return summarize_rollouts(records, prefix="test/"), records
 
 
 def run_demo(cfg: DemoConfig, *, resume: bool = False, quiet: bool = False, **storage_options: Any) -> dict[str, float]:
@@ -249,22 +268,14 @@ def run_demo(cfg: DemoConfig, *, resume: bool = False, quiet: bool = False, **st
             t1 = time.monotonic()
             train_metrics = _train_step(policy, batch, adv, lr, cfg.num_substeps)
             t_train = time.monotonic() - t1
-            ac_tokens = batch["mask"].sum(1)
             mask = batch["mask"]
+            groups = _rollout_groups(a, b, mask, reward, correct, formed, texts, cfg.group_size)
+            records = build_rollout_summaries(groups, i, tags=["arithmetic"], sampling_client_step=i)
             metrics: dict[str, Any] = {
                 "progress/batch": i,
                 "progress/done_frac": (i + 1) / cfg.n_batches,
                 "optim/lr": lr,
-                "env/all/reward/total": float(reward.mean()),
-                "env/all/correct": float(correct.mean()),
-                "env/all/format": float(formed.mean()),
-                "env/all/ac_tokens_per_turn": float(ac_tokens.mean()),
-                "env/all/ob_tokens_per_turn": 7.0,
-                "env/all/turns_per_episode": 1.0,
-                "env/all/total_episodes": int(len(a)),
-                "env/all/by_group/frac_all_good": float((groups_r.min(1) == 1.0).mean()),
-                "env/all/by_group/frac_all_bad": float((groups_r.max(1) < 1.0).mean()),
-                "env/all/by_group/frac_mixed": float(((groups_r.max(1) == 1.0) & (groups_r.min(1) < 1.0)).mean()),
+                **summarize_rollouts(records),  # env/all/reward/total, env/all/correct, by_group/... (rllog.rollouts)
                 "entropy": float(batch["entropy"][mask].mean()),
                 **train_metrics,
                 "time/sample": t_sample,
@@ -273,11 +284,14 @@ def run_demo(cfg: DemoConfig, *, resume: bool = False, quiet: bool = False, **st
             if cfg.eval_every and (i % cfg.eval_every == 0 or i == cfg.n_batches - 1):
                 t2 = time.monotonic()
                 with logger.evaluation("test", i, num_groups_to_log=cfg.num_groups_to_log):
-                    metrics.update(_evaluate(policy))
+                    eval_metrics, eval_records = _evaluate(policy, i)
+                metrics.update(eval_metrics)
                 metrics["time/run_evals"] = time.monotonic() - t2
+                logger.log_rollouts(i, eval_records, eval_name="test")
             if cfg.iteration_delay:
                 time.sleep(cfg.iteration_delay)
             metrics["time/total"] = time.monotonic() - t0
+            logger.log_rollouts(i, records)
             logger.log_metrics(i, metrics)
             last = metrics
             if (i + 1) % cfg.save_every == 0 or i + 1 == cfg.n_batches:
@@ -296,6 +310,7 @@ def run_demo(cfg: DemoConfig, *, resume: bool = False, quiet: bool = False, **st
         f"\nDone. The run's files are in {path}:\n"
         f"  metrics.jsonl, config.json, checkpoints.jsonl, code.diff, checkpoints/*.npz,\n"
         f"  train_iteration_NNNNNN.html + _logtree.json, eval_test_iteration_NNNNNN.html + _logtree.json\n"
+        f"  train_iteration_NNNNNN_rollout_summaries.jsonl, eval_test_iteration_NNNNNN_rollout_summaries.jsonl\n"
         f"Look at them:\n"
         f"  rllog summary {path}\n"
         f"  python -c \"import pandas as pd; print(pd.read_json('{path}/metrics.jsonl', lines=True).tail())\"\n"

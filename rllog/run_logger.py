@@ -104,6 +104,7 @@ class RunLogger:
         self._warned: set[str] = set()
         self._pending: list[bytes] = []  # rows the backend refused, retried in order
         self._pending_offset = 0  # bytes of _pending[0] already written
+        self._unwritten_rollouts: dict[str, bytes] = {}  # rollout summary files the backend refused
         self._lock = threading.Lock()
         self._encoder = MetricsEncoder(strict_json=strict_json)
         self._diff_thread: threading.Thread | None = None
@@ -407,6 +408,64 @@ class RunLogger:
             strict_json=self.strict_json, warn=self._warn_once,
         )
 
+    # -- rollout summaries (rllog.rollouts) --------------------------------------------
+
+    def log_rollouts(
+        self,
+        iteration: int,
+        groups: Any,
+        *,
+        eval_name: str | None = None,
+        split: str | None = None,
+        tags: Any = None,
+        sampling_client_step: Any = None,
+    ) -> None:
+        """Write ``train_iteration_NNNNNN_rollout_summaries.jsonl`` (or, with
+        ``eval_name``, ``eval_<name>_iteration_NNNNNN_rollout_summaries.jsonl``): one
+        record per trajectory, written atomically; calling again for the same iteration
+        and split (after a resume) replaces the file.
+
+        ``groups`` is a list of trajectory groups (lists of trajectory dicts or
+        tinker-cookbook-like ``TrajectoryGroup`` objects) or ready-made records; see
+        :func:`rllog.rollouts.build_rollout_summaries` for the shapes, ``tags`` and
+        ``sampling_client_step``. ``split`` defaults to ``"train"``, or
+        ``"eval/<eval_name>"``.
+
+        A backend failure does not raise: the file's bytes are kept in memory, a warning
+        is given once, and the write is retried on the next ``log_rollouts`` call.
+
+        Raises:
+            TypeError, ValueError: a value of the wrong type or shape (the message names
+                the group, trajectory, step and key); nothing is written.
+        """
+        if not self.is_writer:
+            return
+        from rllog.rollouts import encode_rollouts
+
+        name, _, data = encode_rollouts(
+            iteration, groups, split=split, eval_name=eval_name, tags=tags,
+            sampling_client_step=sampling_client_step, strict_json=self.strict_json,
+        )
+        self._unwritten_rollouts[name] = data  # a newer file for the same name replaces an unwritten one
+        self._write_rollout_files()
+
+    def _write_rollout_files(self) -> bool:
+        """Write the kept rollout summary files in order; False if the backend refused one."""
+        unwritten = self._unwritten_rollouts
+        for name in list(unwritten):
+            try:
+                self.storage.write(name, unwritten[name])
+            except OSError as exc:
+                self._warn_once(
+                    f"rollouts:{type(exc).__name__}",
+                    f"could not write {self.log_path}/{name}: {exc}. Training goes on; "
+                    f"{len(unwritten)} rollout summary file(s) are kept in memory and retried on the "
+                    "next log_rollouts call and at close.",
+                )
+                return False
+            del unwritten[name]
+        return True
+
     def flush(self, durable: bool = False) -> None:
         """Push everything logged so far to the backend; ``durable=True`` also fsyncs
         local files and waits for object-store uploads. Backend errors are warned about
@@ -430,6 +489,15 @@ class RunLogger:
             self._diff_thread.join(timeout=30)
         self.flush(durable=True)
         self._closed = True
+        if self._unwritten_rollouts and not self._write_rollout_files():
+            folder = tempfile.mkdtemp(prefix="rllog-unwritten-rollouts-")
+            for name, data in self._unwritten_rollouts.items():
+                with open(os.path.join(folder, name), "wb") as f:
+                    f.write(data)
+            self._note(
+                f"{len(self._unwritten_rollouts)} rollout summary file(s) could not be written to "
+                f"{self.log_path}; they were saved to {folder}"
+            )
         if self._pending:
             self._rescue()
         if self._owns_storage:

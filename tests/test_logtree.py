@@ -537,7 +537,7 @@ def test_demo_writes_reports_every_iteration_and_periodic_evaluation(tmp_path):
     names = {p.name for p in tmp_path.iterdir()}
     for i in range(3):
         assert {f"train_iteration_{i:06d}.html", f"train_iteration_{i:06d}_logtree.json"} <= names
-    evals = sorted(n for n in names if n.startswith("eval_"))
+    evals = sorted(n for n in names if n.startswith("eval_") and not n.endswith("_rollout_summaries.jsonl"))
     assert evals == [f"eval_test_iteration_{i:06d}{s}" for i in (0, 2) for s in (".html", "_logtree.json")]
     doc = json.loads((tmp_path / "train_iteration_000001_logtree.json").read_text())
     convs = find_conversations(doc["root"])

@@ -1,0 +1,500 @@
+"""Turning the trajectory shapes RL loops have into rollout summary records.
+
+Accepted shapes (see :func:`rllog.rollouts.build_rollout_summaries` for the contract):
+
+- groups: a list whose items are trajectory groups, each either a list/tuple of
+  trajectories or a tinker-cookbook-like ``TrajectoryGroup`` (``trajectories_G``,
+  ``final_rewards_G``, ``metrics_G``), possibly wrapped like ``RolloutSummaryGroup``
+  (``trajectory_group``, ``tags``, ``sampling_client_step``);
+- a trajectory: a dict with the record's keys, a :class:`TrajectorySummary`, or an object
+  with ``transitions`` (tinker-cookbook ``Trajectory``);
+- a step: a dict, a :class:`StepSummary`, or an object with ``reward``, ``episode_done``,
+  ``metrics``, ``logs`` and either ``ob_len``/``ac_len`` or ``ob``/``ac`` token holders
+  (tinker-cookbook ``Transition``: ``ob.length``, ``len(ac.tokens)``);
+- records: a flat list of :class:`TrajectorySummary` or dicts that carry ``group_idx``.
+
+Rewards and token counts are converted on the way in; metrics and logs dicts are
+checked for the whole batch at once and converted only when that check fails
+(numpy/torch scalars become Python numbers). Records holding a non-finite float or a
+nested log value are noted: only those take the slower encoding path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from itertools import chain
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any
+
+from rllog.encoding import scalar, to_jsonable
+
+if TYPE_CHECKING:
+    from rllog.rollouts import StepSummary, TrajectorySummary
+
+_FAST = frozenset({float, int, str, bool, type(None)})
+_STR = frozenset({str})
+
+_STEP_KEYS = frozenset({"step_idx", "ob_len", "ac_len", "reward", "episode_done", "metrics", "logs"})
+_TRAJ_KEYS = frozenset(
+    {
+        "schema_version",
+        "split",
+        "iteration",
+        "group_idx",
+        "traj_idx",
+        "tags",
+        "sampling_client_step",
+        "total_reward",
+        "final_reward",
+        "trajectory_metrics",
+        "metrics",  # alias of trajectory_metrics in loop-made dicts
+        "final_ob_len",
+        "steps",
+    }
+)
+
+
+_LEN_STYLE: dict[type, str] = {}  # how to count the tokens of each class of observation/action
+
+
+def _token_len(x: Any, what: str) -> int:
+    """Token count of a tinker ModelInput (``.length``), a token holder (``.tokens``) or a sequence."""
+    if x is None:
+        return 0
+    cls = type(x)
+    style = _LEN_STYLE.get(cls)
+    if style is None:
+        style = _LEN_STYLE[cls] = "length" if hasattr(x, "length") else ("tokens" if hasattr(x, "tokens") else "len")
+    n = x.length if style == "length" else len(x.tokens if style == "tokens" else x)
+    return n if type(n) is int and n >= 0 else _length(n, what)
+
+
+def _length(x: Any, what: str) -> int:
+    if type(x) is int and x >= 0:
+        return x
+    v = scalar(x, what)
+    if type(v) is float and v.is_integer():
+        v = int(v)
+    if type(v) is not int or v < 0:
+        raise TypeError(f"{what}: expected a token count (int >= 0), got {type(x).__name__}: {x!r:.60}")
+    return v
+
+
+def _reward(x: Any, what: str) -> float:
+    """``x`` as a float (numpy/torch scalars converted)."""
+    if type(x) is float:
+        return x
+    if type(x) is int:
+        return float(x)
+    v = scalar(x, what)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise TypeError(f"{what}: expected a number, got {type(x).__name__}: {x!r:.60}")
+    return float(v)
+
+
+def _as_dict(d: Any, what: str) -> dict[Any, Any]:
+    if d is None:
+        return {}
+    if not isinstance(d, Mapping):
+        raise TypeError(f"{what}: expected a dict of str to numbers/str, got {type(d).__name__}")
+    return dict(d)
+
+
+def _step_style(s: Any) -> str:
+    """How to read a step object: "lens" (``ob_len``/``ac_len``), "tinker" (``ob.length``,
+    ``ac.tokens`` and all Transition fields) or "other" (``getattr`` with defaults)."""
+    if hasattr(s, "ob_len") and hasattr(s, "ac_len"):
+        return "lens"
+    if all(hasattr(s, a) for a in ("episode_done", "metrics", "logs")) and hasattr(getattr(s, "ob", None), "length") \
+            and hasattr(getattr(s, "ac", None), "tokens"):
+        return "tinker"
+    return "other"
+
+
+def _finite(total: float) -> bool:
+    return total - total == 0.0
+
+
+def _numbers_ok(dicts: list[dict[Any, Any]]) -> bool:
+    """Quick check of metric dicts: True if all values are plain numbers and finite.
+
+    One ``sum`` in C over every value. It also passes values msgspec cannot encode
+    (a ``Fraction`` next to floats): the encoder then raises TypeError and the caller
+    redoes the batch with :meth:`_Builder.check` ``(full=True)``. Keys are left to the
+    encoder too (msgspec writes str, int and float keys, and raises on others).
+    """
+    try:
+        total = sum(chain.from_iterable(map(dict.values, dicts)))
+    except TypeError:  # None or str values, or not numbers at all
+        return _scalars_ok(dicts)
+    return type(total) is int or (type(total) is float and _finite(total))
+
+
+def _scalars_ok(dicts: list[dict[Any, Any]]) -> bool:
+    """True if every value is a JSON scalar (str, number, bool, None) and no float is NaN/inf."""
+    types = set(map(type, chain.from_iterable(map(dict.values, dicts))))
+    if not types <= _FAST:
+        return False
+    if float not in types:
+        return True
+    return _finite(sum([v for v in chain.from_iterable(map(dict.values, dicts)) if type(v) is float]))
+
+
+_REWARD = attrgetter("reward")
+_TOTAL = attrgetter("total_reward")
+_FINAL = attrgetter("final_reward")
+
+
+class _Builder:
+    """Builds the records of one call.
+
+    Building only reshapes (and converts rewards and token counts). :meth:`check` then
+    checks all metrics and logs dicts of the batch at once; only if that finds a
+    non-str key, a value that is not a plain JSON scalar, or a non-finite float does it
+    walk the records one by one, converting values (numpy scalars, nested logs) and
+    noting which records need the slow encoder.
+    """
+
+    __slots__ = ("step_cls", "traj_cls", "iteration", "split", "_styles")
+
+    def __init__(self, iteration: int, split: str) -> None:
+        from rllog.rollouts import StepSummary, TrajectorySummary
+
+        self.step_cls = StepSummary
+        self.traj_cls = TrajectorySummary
+        self.iteration = iteration
+        self.split = split
+        self._styles: dict[type, str] = {}  # step object class -> _step_style
+
+    # -- steps ----------------------------------------------------------------------------
+
+    def step(self, s: Any, i: int, last: bool) -> StepSummary:
+        if type(s) is dict:
+            if not _STEP_KEYS.issuperset(s):
+                raise ValueError(f"unknown keys {sorted(set(s) - _STEP_KEYS)}; a step dict has {sorted(_STEP_KEYS)}")
+            if "reward" not in s:
+                raise ValueError(f"a step dict needs 'reward', got keys {sorted(s)}")
+            ob_len = s.get("ob_len", 0)
+            ac_len = s.get("ac_len", 0)
+            done = s.get("episode_done", last)
+            metrics = s.get("metrics")
+            logs = s.get("logs")
+            reward = s["reward"]
+        elif hasattr(s, "reward"):
+            cls = type(s)
+            style = self._styles.get(cls)
+            if style is None:
+                style = self._styles[cls] = _step_style(s)
+            try:
+                if style == "tinker":  # tinker-cookbook Transition: ob.length, len(ac.tokens)
+                    ob_len, ac_len = s.ob.length, len(s.ac.tokens)
+                    done, metrics, logs = s.episode_done, s.metrics, s.logs
+                elif style == "lens":
+                    ob_len, ac_len = s.ob_len, s.ac_len
+                    done, metrics, logs = getattr(s, "episode_done", last), getattr(s, "metrics", None), getattr(s, "logs", None)
+                else:
+                    raise AttributeError
+            except AttributeError:
+                ob_len = _token_len(getattr(s, "ob", None), "ob length")
+                ac_len = _token_len(getattr(s, "ac", None), "ac length")
+                done, metrics, logs = getattr(s, "episode_done", last), getattr(s, "metrics", None), getattr(s, "logs", None)
+            reward = s.reward
+        else:
+            raise TypeError(
+                f"expected a dict, a StepSummary or a transition object with .reward, got {type(s).__name__}"
+            )
+        if type(ob_len) is not int or ob_len < 0:
+            ob_len = _length(ob_len, "ob_len")
+        if type(ac_len) is not int or ac_len < 0:
+            ac_len = _length(ac_len, "ac_len")
+        if type(reward) is not float:
+            reward = _reward(reward, "reward")
+        return self.step_cls(
+            i,
+            ob_len,
+            ac_len,
+            reward,
+            done if type(done) is bool else bool(done),
+            metrics if type(metrics) is dict else _as_dict(metrics, "metrics"),
+            logs if type(logs) is dict else _as_dict(logs, "logs"),
+        )
+
+    def steps(self, steps: Any) -> list[StepSummary]:
+        if not steps:
+            return []
+        last = len(steps) - 1
+        step = self.step
+        out: list[StepSummary] = []
+        try:
+            for i, s in enumerate(steps):
+                out.append(step(s, i, i == last))
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"step {len(out)}: {e}") from None
+        return out
+
+    # -- trajectories ---------------------------------------------------------------------
+
+    def trajectory(
+        self,
+        t: Any,
+        group_idx: int,
+        traj_idx: int,
+        tags: list[str],
+        sampling_client_step: int | None,
+        final_reward: Any = None,
+        metrics: Any = None,
+        keep_idx: bool = False,
+    ) -> TrajectorySummary:
+        """One record; ``keep_idx`` keeps the indices a ready-made record carries."""
+        if type(t) is not dict:
+            if isinstance(t, self.traj_cls):
+                t = {f: getattr(t, f) for f in t.__struct_fields__}
+            elif isinstance(t, Mapping):
+                t = dict(t)
+        if type(t) is dict:
+            if not _TRAJ_KEYS.issuperset(t):
+                raise ValueError(
+                    f"unknown keys {sorted(set(t) - _TRAJ_KEYS)}; a trajectory dict has "
+                    f"{sorted(_TRAJ_KEYS - {'metrics'})}"
+                )
+            if "iteration" in t or "split" in t:
+                self._check_meta(t)
+            if keep_idx:
+                group_idx = _length(t["group_idx"], "group_idx")
+                traj_idx = _length(t.get("traj_idx", traj_idx), "traj_idx")
+            if "tags" in t:
+                tags = _tag_list(t["tags"], "tags")
+            if "sampling_client_step" in t:
+                sampling_client_step = _opt_step(t["sampling_client_step"])
+            steps = self.steps(t.get("steps"))
+            final_reward = t.get("final_reward", 0.0)
+            total = t.get("total_reward")
+            metrics = t.get("trajectory_metrics", t.get("metrics"))
+            final_ob_len = t.get("final_ob_len")
+        else:
+            transitions = getattr(t, "transitions", None)
+            if transitions is None:
+                raise TypeError(
+                    "expected a trajectory: a dict with 'steps', a TrajectorySummary, or an object with "
+                    f".transitions (tinker-cookbook Trajectory), got {type(t).__name__}"
+                )
+            steps = self.steps(transitions)
+            if final_reward is None:
+                final_reward = getattr(t, "final_reward", 0.0)
+            if metrics is None:
+                metrics = getattr(t, "metrics", None)
+            total = None
+            final_ob = getattr(t, "final_ob", None)
+            final_ob_len = _token_len(final_ob, "final_ob length") if final_ob is not None else getattr(t, "final_ob_len", None)
+        if type(final_reward) is not float:
+            final_reward = _reward(final_reward, "final_reward")
+        if total is None:
+            total = sum(map(_REWARD, steps)) + final_reward
+        elif type(total) is not float:
+            total = _reward(total, "total_reward")
+        if final_ob_len is not None and (type(final_ob_len) is not int or final_ob_len < 0):
+            final_ob_len = _length(final_ob_len, "final_ob_len")
+        return self.traj_cls(
+            split=self.split,
+            iteration=self.iteration,
+            group_idx=group_idx,
+            traj_idx=traj_idx,
+            tags=tags,
+            sampling_client_step=sampling_client_step,
+            total_reward=total,
+            final_reward=final_reward,
+            trajectory_metrics=metrics if type(metrics) is dict else _as_dict(metrics, "trajectory_metrics"),
+            final_ob_len=final_ob_len,
+            steps=steps,
+        )
+
+    def _check_meta(self, d: dict[str, Any]) -> None:
+        for key, want in (("iteration", self.iteration), ("split", self.split)):
+            if key in d and d[key] != want:
+                raise ValueError(f"record has {key}={d[key]!r} but this call writes {key}={want!r}")
+
+    # -- values ---------------------------------------------------------------------------
+
+    def check(self, records: list[TrajectorySummary], label: Any, full: bool = False) -> set[int]:
+        """Check and convert the metrics/logs of ``records``; the indices needing the slow encoder.
+
+        First one quick check of the whole batch; if it fails, or with ``full``, each
+        record is checked and converted. ``label(i, record)`` names a record in errors.
+
+        Raises:
+            TypeError: a key that is not a str/int/float, or a value that is not a
+                number, bool, str or None (nested lists/dicts are allowed in logs).
+        """
+        if not full:
+            steps = [s for r in records for s in r.steps]
+            if (
+                _finite(sum(map(_REWARD, steps)))
+                and _finite(sum(map(_TOTAL, records)))
+                and _finite(sum(map(_FINAL, records)))
+                and _numbers_ok([s.metrics for s in steps])
+                and _numbers_ok([r.trajectory_metrics for r in records])
+                and _scalars_ok([s.logs for s in steps])
+            ):
+                return set()
+        dirty = set()
+        for i, r in enumerate(records):
+            k = -1
+            try:
+                special = not _finite(r.total_reward + r.final_reward)
+                r.trajectory_metrics, bad = _values(r.trajectory_metrics, "trajectory_metrics", False)
+                special |= bad
+                for k, s in enumerate(r.steps):
+                    s.metrics, bad = _values(s.metrics, "metrics", False)
+                    special |= bad
+                    s.logs, bad = _values(s.logs, "logs", True)
+                    special |= bad or not _finite(s.reward)
+            except (TypeError, ValueError) as e:
+                where = label(i, r) + (f": step {k}" if k >= 0 else "")
+                raise type(e)(f"rollouts for iteration {self.iteration}, {where}: {e}") from None
+            if special:
+                dirty.add(i)
+        return dirty
+
+
+def _key(k: Any, what: str) -> str:
+    if isinstance(k, str):
+        return str(k)
+    if isinstance(k, int) and not isinstance(k, bool):
+        return str(int(k))
+    if isinstance(k, float):
+        return repr(float(k))
+    raise TypeError(f"{what}: keys must be str (or int/float, written as strings), got {type(k).__name__} {k!r:.60}")
+
+
+def _values(d: dict[Any, Any], what: str, nested: bool) -> tuple[dict[str, Any], bool]:
+    """``d`` with str keys and JSON scalar values (nested lists/dicts too if ``nested``), and
+    whether it holds a non-finite float or a nested value (which the slow encoder handles)."""
+    if _STR.issuperset(map(type, d)) and _scalars_ok([d]):
+        return d, False
+    out = {}
+    special = False
+    for k, v in d.items():
+        if type(k) is not str:
+            k = _key(k, what)
+        try:
+            v = scalar(v, f"{what}[{k!r}]")
+        except TypeError:
+            if not (nested and (isinstance(v, (Mapping, Sequence)) or hasattr(v, "tolist"))):
+                raise
+            v = to_jsonable(v, f"{what}[{k!r}]", raw=False)
+            special = True
+        if type(v) is float and not _finite(v):
+            special = True
+        out[k] = v
+    return out, special
+
+
+def _tag_list(tags: Any, what: str) -> list[str]:
+    if isinstance(tags, str) or not isinstance(tags, (list, tuple)):
+        raise TypeError(f"{what}: expected a list of str, got {type(tags).__name__}: {tags!r:.60}")
+    for t in tags:
+        if not isinstance(t, str):
+            raise TypeError(f"{what}: expected a list of str, got an item {type(t).__name__}: {t!r:.60}")
+    return list(tags)
+
+
+def _opt_step(x: Any) -> int | None:
+    return None if x is None else _length(x, "sampling_client_step")
+
+
+def _per_group(value: Any, n: int, what: str, convert: Any, is_single: Any) -> list[Any]:
+    """``value`` for each of ``n`` groups: one value for all, or a list of one per group."""
+    if is_single(value):
+        v = convert(value, what)
+        return [v] * n
+    if not isinstance(value, (list, tuple)) or len(value) != n:
+        got = f"{len(value)} items" if isinstance(value, (list, tuple)) else type(value).__name__
+        raise ValueError(f"{what}: expected one value for all groups or a list of one per group ({n}), got {got}")
+    return [convert(v, f"{what}[{i}]") for i, v in enumerate(value)]
+
+
+def _record_label(i: int, r: TrajectorySummary) -> str:
+    return f"record {i}"
+
+
+def _traj_label(i: int, r: TrajectorySummary) -> str:
+    return f"group {r.group_idx}, trajectory {r.traj_idx}"
+
+
+def _is_record(x: Any, traj_cls: type) -> bool:
+    return isinstance(x, traj_cls) or (isinstance(x, Mapping) and "group_idx" in x)
+
+
+def build(
+    groups: Any,
+    iteration: int,
+    split: str,
+    tags: Any = None,
+    sampling_client_step: Any = None,
+) -> tuple[list[TrajectorySummary], set[int], Callable[[], set[int]]]:
+    """Records for ``groups``, the indices of records that need the slow encoder, and a
+    function that checks every record fully (for when the encoder meets a value the
+    quick batch check let through) and returns those indices again."""
+    if isinstance(groups, (str, bytes, Mapping)) or not isinstance(groups, Sequence):
+        raise TypeError(
+            f"rollouts for iteration {iteration}: expected a list of trajectory groups or of records, "
+            f"got {type(groups).__name__}"
+        )
+    b = _Builder(iteration, split)
+    out: list[TrajectorySummary] = []
+    n = len(groups)
+    if n and _is_record(groups[0], b.traj_cls):
+        tag_default = _tag_list(tags, "tags") if tags is not None else []
+        step_default = _opt_step(sampling_client_step) if not isinstance(sampling_client_step, list) else None
+        for i, rec in enumerate(groups):
+            if not _is_record(rec, b.traj_cls):
+                raise TypeError(f"record {i}: expected a TrajectorySummary or a dict with 'group_idx' like record 0")
+            try:
+                out.append(b.trajectory(rec, 0, i, tag_default, step_default, keep_idx=True))
+            except (TypeError, ValueError) as e:
+                raise type(e)(f"rollouts for iteration {iteration}, record {i}: {e}") from None
+        return out, b.check(out, _record_label), lambda: b.check(out, _record_label, full=True)
+    tags_P = _per_group(
+        [] if tags is None else tags,
+        n,
+        "tags",
+        _tag_list,
+        lambda v: not v or isinstance(v[0], str) if isinstance(v, (list, tuple)) else False,
+    )
+    steps_P = _per_group(
+        sampling_client_step, n, "sampling_client_step", lambda v, _w: _opt_step(v), lambda v: not isinstance(v, (list, tuple))
+    )
+    for g, group in enumerate(groups):
+        wrapped = getattr(group, "trajectory_group", None)
+        if wrapped is not None:  # tinker-cookbook RolloutSummaryGroup
+            tags_P[g] = _tag_list(getattr(group, "tags", tags_P[g]), f"group {g} tags")
+            steps_P[g] = _opt_step(getattr(group, "sampling_client_step", steps_P[g]))
+            group = wrapped
+        trajs = getattr(group, "trajectories_G", None)
+        final_rewards: Any = None
+        metrics: Any = None
+        if trajs is not None:  # tinker-cookbook TrajectoryGroup
+            final_rewards = group.final_rewards_G
+            metrics = group.metrics_G
+        elif isinstance(group, (list, tuple)):
+            trajs = group
+        else:
+            raise TypeError(
+                f"rollouts for iteration {iteration}, group {g}: expected a list of trajectories or a "
+                f"TrajectoryGroup-like object (.trajectories_G), got {type(group).__name__}"
+            )
+        for t, traj in enumerate(trajs):
+            try:
+                record = b.trajectory(
+                    traj,
+                    g,
+                    t,
+                    tags_P[g],
+                    steps_P[g],
+                    None if final_rewards is None else final_rewards[t],
+                    None if metrics is None else metrics[t],
+                )
+            except (TypeError, ValueError) as e:
+                raise type(e)(f"rollouts for iteration {iteration}, group {g}, trajectory {t}: {e}") from None
+            out.append(record)
+    return out, b.check(out, _traj_label), lambda: b.check(out, _traj_label, full=True)
