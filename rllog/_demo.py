@@ -226,6 +226,19 @@ def _evaluate(policy: Policy, iteration: int, samples_per_prompt: int = 4) -> tu
     return summarize_rollouts(records, prefix="test/"), records
 
 
+def _write_index(path: str, storage_options: dict[str, Any], say: Any) -> str | None:
+    """Write the run's index.html (charts and links to the reports); its location, or None."""
+    from rllog.index import write_index
+    from rllog.storage import open_storage
+
+    try:
+        where, _findings = write_index(open_storage(path, **storage_options))
+    except Exception as exc:  # the run itself is complete; the page is a convenience
+        say(f"could not write index.html: {exc}")
+        return None
+    return where
+
+
 def run_demo(cfg: DemoConfig, *, resume: bool = False, quiet: bool = False, **storage_options: Any) -> dict[str, float]:
     """Run the demo loop, logging to ``cfg.log_path``; returns the last metrics row.
 
@@ -306,14 +319,16 @@ def run_demo(cfg: DemoConfig, *, resume: bool = False, quiet: bool = False, **st
                 f"{per_iter * 1000:.0f} ms/iter  ~{per_iter * (cfg.n_batches - i - 1):.1f} s left"
             )
         path = logger.log_path
+    index = _write_index(path, storage_options, say)
     say(
         f"\nDone. The run's files are in {path}:\n"
         f"  metrics.jsonl, config.json, checkpoints.jsonl, code.diff, checkpoints/*.npz,\n"
-        f"  train_iteration_NNNNNN.html + _logtree.json, eval_test_iteration_NNNNNN.html + _logtree.json\n"
-        f"  train_iteration_NNNNNN_rollout_summaries.jsonl, eval_test_iteration_NNNNNN_rollout_summaries.jsonl\n"
+        f"  train_iteration_NNNNNN.html + _logtree.json + _rollout_summaries.jsonl (every iteration),\n"
+        f"  eval_test_iteration_NNNNNN.html + _logtree.json + _rollout_summaries.jsonl (every evaluation)\n"
         f"Look at them:\n"
-        f"  rllog summary {path}\n"
-        f"  python -c \"import pandas as pd; print(pd.read_json('{path}/metrics.jsonl', lines=True).tail())\"\n"
-        f"  rllog demo {path} --resume   # continues from the last checkpoint"
+        f"  rllog summary {path}      # key metrics, checkpoints, files\n"
+        f"  rllog doctor {path}       # stability checks\n"
+        f"  rllog demo {path} --resume   # continues from the last checkpoint\n"
+        + (f"  open {index}   # charts, findings, config and every iteration's report\n" if index else "")
     )
     return last

@@ -388,7 +388,9 @@ class Run:
 
     def rollout_summaries(self, iteration: int, eval_name: str | None = None) -> list[dict[str, Any]]:
         """The per-trajectory rollout summaries of an iteration (one dict per trajectory, DESIGN.md §1),
-        read on each call. Damaged lines are skipped and reported in :attr:`warnings`.
+        read on each call. Damaged lines are skipped and reported in :attr:`warnings`. For typed
+        records (:class:`rllog.TrajectorySummary`) or a DataFrame use :func:`rllog.read_rollouts`
+        and :func:`rllog.rollouts_dataframe`.
 
         Raises:
             FileNotFoundError: like :meth:`artifact`.
@@ -399,7 +401,6 @@ class Run:
         for note in tail.problems + ([tail.torn] if tail.torn else []):
             if note not in self._notes:
                 self._notes.append(note)
-        # Seam: rllog.rollouts (another module) may turn these dicts into typed records.
         return [row for _, row in rows]
 
     # -- reporting -------------------------------------------------------------------------
