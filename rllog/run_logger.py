@@ -490,14 +490,16 @@ class RunLogger:
         self.flush(durable=True)
         self._closed = True
         if self._unwritten_rollouts and not self._write_rollout_files():
-            folder = tempfile.mkdtemp(prefix="rllog-unwritten-rollouts-")
-            for name, data in self._unwritten_rollouts.items():
-                with open(os.path.join(folder, name), "wb") as f:
-                    f.write(data)
-            self._note(
-                f"{len(self._unwritten_rollouts)} rollout summary file(s) could not be written to "
-                f"{self.log_path}; they were saved to {folder}"
-            )
+            what = f"{len(self._unwritten_rollouts)} rollout summary file(s) could not be written to {self.log_path}"
+            try:
+                folder = tempfile.mkdtemp(prefix="rllog-unwritten-rollouts-")
+                for name, data in self._unwritten_rollouts.items():
+                    with open(os.path.join(folder, name), "wb") as f:
+                        f.write(data)
+            except OSError as exc:
+                self._note(f"{what}, nor to a temp folder ({exc}): {sorted(self._unwritten_rollouts)} are lost")
+            else:
+                self._note(f"{what}; they were saved to {folder}")
         if self._pending:
             self._rescue()
         if self._owns_storage:
