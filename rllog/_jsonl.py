@@ -30,8 +30,10 @@ def repair_torn_tail(storage: Storage, name: str) -> str | None:
 
     A file whose last byte is not ``\\n`` was cut mid-write (the process was killed).
     If the unterminated tail is a whole JSON object (only the newline is missing) a
-    ``\\n`` is added; otherwise the tail is moved, byte for byte, to ``name + ".torn"``
-    and cut from ``name``. Nothing is deleted without a copy.
+    ``\\n`` is added; otherwise the tail is copied, byte for byte, to ``name + ".torn"``
+    and then cut from ``name`` (in place where the storage can truncate, so a process
+    still holding the file open keeps writing to the same file). Only the tail is read.
+    Nothing is deleted without a copy.
 
     Returns a message describing the repair, or None when there was nothing to do
     (including a missing file).
@@ -42,9 +44,18 @@ def repair_torn_tail(storage: Storage, name: str) -> str | None:
         return None
     if size == 0 or storage.read_range(name, size - 1, size) == b"\n":
         return None
-    data = storage.read(name)
-    cut = data.rfind(b"\n") + 1
-    tail = data[cut:]
+    cut, chunk = 0, 1 << 16
+    end = size
+    while end > 0:  # find the last newline, reading backwards
+        start = max(0, end - chunk)
+        block = storage.read_range(name, start, end)
+        nl = block.rfind(b"\n")
+        if nl >= 0:
+            cut = start + nl + 1
+            break
+        end = start
+        chunk *= 2
+    tail = storage.read_range(name, cut, size)
     try:
         whole = isinstance(decode_json(tail), dict)
     except ValueError:
@@ -53,7 +64,12 @@ def repair_torn_tail(storage: Storage, name: str) -> str | None:
         storage.append(name, b"\n")
         return f"{storage.url}/{name}: the last row had no newline; added one"
     storage.append(name + TORN_SUFFIX, tail + b"\n")
-    storage.write(name, data[:cut])
+    storage.flush(durable=True)
+    truncate = getattr(storage, "truncate", None)
+    if truncate is not None:
+        truncate(name, cut)
+    else:
+        storage.write(name, storage.read(name)[:cut])
     return (
         f"{storage.url}/{name}: moved a torn last line ({len(tail)} bytes, cut mid-write) "
         f"to {name}{TORN_SUFFIX}; new rows start on a fresh line"

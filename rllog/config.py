@@ -8,11 +8,16 @@ Leaves become JSON values:
 - paths -> ``str``; callables and classes -> ``"module:qualname"``;
 - sets -> sorted lists; bytes -> a short description; anything else -> ``repr``.
 
-Nothing raises on an odd value. String values of secret-looking fields (names ending in
-``api_key``, ``apikey``, ``token``, ``secret``, ``password``, ``passwd``,
-``access_key``, ``secret_key``, ``private_key``, ``credentials``, ``auth`` …) are written
-as ``"<redacted>"``; numbers and booleans under such names (``max_tokens`` is not one:
-plural) are kept.
+Nothing raises on an odd value: one that fails to convert becomes a
+``"<unrepresentable T: Error>"`` note, arrays over 1,000 elements a
+``"<ndarray shape (..) dtype ..>"`` description, plain objects their attributes.
+
+Secrets are redacted, as ``"<redacted>"``: string values under secret-looking names
+(``api_key``, ``token``, ``secret``, ``password``, ``access_key``, ``private_key``,
+``credentials``, ``authorization``, ``cookie``, ``wandb_key``, ``openai_key`` … and their
+plural forms, in any case, as a whole name or after ``_``/``-``/``.``; ``max_tokens`` and
+``stop_tokens`` are not secret), pydantic ``SecretStr``, and secret-looking text anywhere
+(``Bearer …``, ``token=…``, ``sk-…``, ``hf_…``, ``ghp_…``, ``AKIA…`` keys).
 
 Example config.json::
 
@@ -30,6 +35,8 @@ import dataclasses
 import enum
 import os
 import re
+import reprlib
+import types
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
@@ -39,8 +46,10 @@ __all__ = ["config_to_dict", "load_config", "REDACTED"]
 
 REDACTED = "<redacted>"
 _SECRET = re.compile(
-    r"(?:^|[_\-.])(?:api_?key|apikey|token|secret|secret_?key|password|passwd|pass_?phrase|"
-    r"access_?key|private_?key|credentials?|auth|auth_?token|bearer)$",
+    r"(?:^|[_\-.])(?:api_?keys?|apikeys?|token|secrets?|secret_?key|passwords?|passwd|"
+    r"pass_?phrase|access_?keys?|private_?keys?|credentials?|auth|auth_?token|bearer|authorization|cookies?|"
+    r"(?:wandb|openai|anthropic|hf|huggingface|aws|gcp|azure|client|signing|encryption|session|license)_?keys?)$"
+    r"|^(?:token|secret|password|apikey|api_key|authorization|cookie)$",
     re.IGNORECASE,
 )
 _MAX_DEPTH = 32
@@ -48,8 +57,18 @@ _MAX_DEPTH = 32
 T = TypeVar("T")
 
 
+_SECRET_TEXT = re.compile(
+    r"((?:bearer|basic|token)\s+|(?:api_?key|token|secret|password|passwd|authorization)['\"]?\s*[=:]\s*['\"]?)"
+    r"[^\s'\",)}]+"
+    r"|\b(?:sk-[A-Za-z0-9_\-]{12,}|hf_[A-Za-z0-9]{12,}|gh[pousr]_[A-Za-z0-9]{20,}|AKIA[0-9A-Z]{16}|"
+    r"xox[abprs]-[A-Za-z0-9\-]{10,}|AIza[0-9A-Za-z_\-]{30,})",
+    re.IGNORECASE,
+)
+_MAX_ITEMS = 1000
+
+
 def _is_secret(key: str) -> bool:
-    return bool(_SECRET.search(key)) or key.lower() in ("token", "secret", "password", "apikey", "api_key")
+    return bool(_SECRET.search(key))
 
 
 def _qualname(obj: Any) -> str:
@@ -106,56 +125,87 @@ def _fields_of(obj: Any) -> Mapping[str, Any] | None:
 
 
 def _convert(value: Any, key: str | None, depth: int) -> Any:
-    if key is not None and isinstance(value, str) and _is_secret(key):
+    """Convert one value; never raises (a value that fails becomes a ``<...>`` note)."""
+    try:
+        return _convert_value(value, key, depth)
+    except RecursionError:
+        return "<too deeply nested>"
+    except Exception as exc:  # an odd object (raising property, __repr__...) must not stop the run
+        return f"<unrepresentable {type(value).__name__}: {type(exc).__name__}>"
+
+
+def _scrub(text: str) -> str:
+    """Redact secret-looking tokens inside free text (a repr, a header value)."""
+    return _SECRET_TEXT.sub(lambda m: (m.group(1) or "") + REDACTED, text)
+
+
+def _convert_value(value: Any, key: str | None, depth: int) -> Any:
+    if key is not None and _is_secret(key) and isinstance(value, (str, bytes)) and not isinstance(value, enum.Enum):
         return REDACTED if value else value
-    if value is None or isinstance(value, (bool, int, str)):
-        if isinstance(value, enum.Enum):
-            return value.name
+    if isinstance(value, enum.Enum):
+        return value.name
+    if value is None or isinstance(value, (bool, int)):
         return value
+    if isinstance(value, str):
+        return _scrub(str(value))
     if isinstance(value, float):
         return value  # NaN/Infinity are written as tokens
     if depth > _MAX_DEPTH:
-        return repr(value)[:200]
-    if isinstance(value, enum.Enum):
-        return value.name
+        return "<too deeply nested>"
     if isinstance(value, os.PathLike):
         return os.fspath(value)
+    secret = getattr(value, "get_secret_value", None)  # pydantic SecretStr / SecretBytes
+    if callable(secret):
+        return REDACTED
     if isinstance(value, type) or callable(value) and not hasattr(value, "__dict__") or _is_function(value):
         return _qualname(value)
     fields = _fields_of(value)
     if fields is not None:
         out = {}
-        for k, v in fields.items():
-            k = k if isinstance(k, str) else str(k)
+        for i, (k, v) in enumerate(fields.items()):
+            if i >= _MAX_ITEMS:
+                out["<more>"] = f"<{len(fields) - _MAX_ITEMS} more entries left out>"
+                break
+            k = k if isinstance(k, str) else _safe_str(k)
             out[k] = _convert(v, k, depth + 1)
         return out
     if isinstance(value, (list, tuple)):
-        return [_convert(v, key, depth + 1) for v in value]
+        items = [_convert(v, key, depth + 1) for v in value[:_MAX_ITEMS]]
+        if len(value) > _MAX_ITEMS:
+            items.append(f"<{len(value) - _MAX_ITEMS} more items left out>")
+        return items
     if isinstance(value, (set, frozenset)):
-        items = [_convert(v, key, depth + 1) for v in value]
+        items = [_convert(v, key, depth + 1) for v in list(value)[:_MAX_ITEMS]]
         try:
             return sorted(items)
         except TypeError:
             return sorted(items, key=repr)
     if isinstance(value, (bytes, bytearray)):
         return f"<{len(value)} bytes>"
+    shape = getattr(value, "shape", None)
+    size = getattr(value, "size", None)
+    size = size() if callable(size) and hasattr(value, "numel") else size
+    if shape is not None and isinstance(size, int) and size > 1 and hasattr(value, "dtype"):
+        if size > _MAX_ITEMS:  # a large array or tensor: describe it, do not dump it
+            return f"<{type(value).__name__} shape {tuple(shape)} dtype {value.dtype}>"
+        return _convert(value.tolist(), key, depth + 1)
     item = getattr(value, "item", None)  # numpy / torch scalars
     if callable(item):
-        try:
-            out = item()
-            if isinstance(out, (int, float, bool, str)):
-                return out
-        except Exception:
-            pass
-    tolist = getattr(value, "tolist", None)
-    if callable(tolist):
-        try:
-            return _convert(tolist(), key, depth + 1)
-        except Exception:
-            pass
+        out = item()
+        if isinstance(out, (int, float, bool, str)):
+            return out
+    if isinstance(value, types.SimpleNamespace) or type(value).__repr__ is object.__repr__ and hasattr(value, "__dict__"):
+        return _convert(vars(value), key, depth + 1)  # plain objects: their attributes, redacted per key
     if callable(value):
         return _qualname(value)
-    return repr(value)[:1000]
+    return _scrub(reprlib.repr(value))
+
+
+def _safe_str(value: Any) -> str:
+    try:
+        return str(value)
+    except Exception:
+        return f"<{type(value).__name__}>"
 
 
 def _is_function(value: Any) -> bool:

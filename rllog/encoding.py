@@ -15,9 +15,13 @@ msgspec does the encoding (one Encoder per writer, one reused buffer); it writes
 
 from __future__ import annotations
 
+import decimal
+import enum
 import json
 import math
 import numbers
+import os
+import reprlib
 from typing import Any
 
 import msgspec
@@ -27,6 +31,7 @@ __all__ = ["MetricsEncoder", "encode_json", "decode_json", "to_jsonable", "scala
 _NoneType = type(None)
 _FAST_TYPES = frozenset({float, int, str, bool, _NoneType})
 _NUMERIC = frozenset({float, int, bool})
+_INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 _NAN = msgspec.Raw(b"NaN")
 _INF = msgspec.Raw(b"Infinity")
 _NINF = msgspec.Raw(b"-Infinity")
@@ -53,11 +58,24 @@ def scalar(value: Any, where: str) -> Any:
     """
     t = type(value)
     if t in _FAST_TYPES:
+        if t is int and not _INT_MIN <= value <= _INT_MAX:
+            raise TypeError(f"{where}: int {value} is outside the signed 64-bit range JSON readers "
+                            "(pandas, msgspec) accept; log float(x) instead")
         return value
+    if isinstance(value, enum.Enum):
+        return scalar(value.value, where)
     if isinstance(value, bool):
         return bool(value)
     if isinstance(value, str):
         return str(value)
+    kind = getattr(getattr(value, "dtype", None), "kind", None)
+    if kind in ("M", "m", "c", "O", "V"):
+        what = {"M": "a datetime", "m": "a timedelta", "c": "a complex number"}.get(kind, "an object")
+        raise TypeError(f"{where}: expected a number, bool, str or None, got {what} ({t.__name__} of dtype "
+                        f"{value.dtype}); log a float (e.g. seconds) instead")
+    mask = getattr(value, "mask", None)
+    if mask is not None and getattr(value, "size", None) == 1 and bool(mask):
+        return float("nan")  # a masked numpy value: no number
     item = getattr(value, "item", None)
     if item is not None and callable(item):
         size = getattr(value, "size", None)
@@ -70,19 +88,28 @@ def scalar(value: Any, where: str) -> Any:
             except (ValueError, RuntimeError, TypeError):
                 out = value
             if type(out) in _FAST_TYPES:
-                return out
+                return scalar(out, where)
+            if isinstance(out, numbers.Real) and out is not value:  # e.g. numpy longdouble
+                return float(out)
         raise TypeError(
             f"{where}: expected a number, bool, str or None (numpy scalars and one-element "
             f"arrays/tensors are converted), got {t.__name__} with {size} elements"
         )
     if isinstance(value, numbers.Integral):
-        return int(value)
-    if isinstance(value, numbers.Real):
+        return scalar(int(value), where)
+    if isinstance(value, (numbers.Real, decimal.Decimal)):
         return float(value)
     raise TypeError(
         f"{where}: expected a number, bool, str or None (numpy scalars and one-element "
-        f"arrays/tensors are converted), got {t.__name__}: {value!r:.80}"
+        f"arrays/tensors are converted), got {t.__name__}: {_short_repr(value)}"
     )
+
+
+def _short_repr(value: Any) -> str:
+    try:
+        return reprlib.repr(value)[:80]
+    except Exception:  # a broken __repr__ must not hide the real error
+        return f"<{type(value).__name__}>"
 
 
 def _has_surrogate(s: str) -> bool:
@@ -117,11 +144,12 @@ class MetricsEncoder:
     def encode_row(self, step: int, metrics: dict[str, Any]) -> bytearray:
         if type(step) is not int:
             step = _check_step(step)
-        elif step < 0:
-            raise ValueError(f"step must be >= 0, got {step}")
+        elif not 0 <= step <= _INT_MAX:
+            raise ValueError(f"step must be >= 0 and < 2**63, got {step}")
         if type(metrics) is not dict:
             if not isinstance(metrics, dict):
                 raise TypeError(f"metrics at step {step} must be a dict of str to scalars, got {type(metrics).__name__}")
+        metrics = dict(metrics)  # a snapshot: checks and encoding must see the same values
         values = metrics.values()
         types = set(map(type, values))
         try:
@@ -134,13 +162,24 @@ class MetricsEncoder:
             types = set(map(type, values))
         if "step" in metrics:
             raise ValueError(f"metrics at step {step} has a key 'step'; the step is the first argument of log_metrics")
-        # non-finite floats: msgspec would write null. For all-numeric rows one C-level sum
-        # tells (x - x is 0.0 only for finite x); other rows are scanned.
+        # Non-finite floats (msgspec would write null) and ints past 64 bits (JSON readers
+        # reject them). For all-numeric rows a C-level sum, min and max tell (x - x is 0.0
+        # only for finite x); other rows are scanned.
         if types <= _NUMERIC:
-            total = sum(values)
-            nonfinite = total - total != 0
+            try:
+                total = sum(values)
+                nonfinite = total - total != 0
+            except OverflowError:  # an int too large for a float
+                nonfinite = True
+            if int in types and not (_INT_MIN <= min(values) and max(values) <= _INT_MAX):
+                self._clean(step, metrics)  # raises TypeError naming the key if an int is out of range
         else:
-            nonfinite = any(type(v) is float and v - v != 0 for v in values)
+            nonfinite = False
+            for v in values:
+                if type(v) is float:
+                    nonfinite = nonfinite or v - v != 0
+                elif type(v) is int and not _INT_MIN <= v <= _INT_MAX:
+                    self._clean(step, metrics)
         source = metrics
         if nonfinite:
             metrics = self._tokens(metrics)
@@ -195,15 +234,15 @@ def _check_step(step: Any) -> int:
             raise TypeError(f"step must be an int, got {type(step).__name__}: {step!r:.40}")
         step = value
     step = int(step)
-    if step < 0:
-        raise ValueError(f"step must be >= 0, got {step}")
+    if not 0 <= step <= _INT_MAX:
+        raise ValueError(f"step must be >= 0 and < 2**63, got {step}")
     return step
 
 
 def to_jsonable(value: Any, where: str = "value", strict_json: bool = False, raw: bool = True) -> Any:
     """Convert a nested value (dicts, lists, tuples, scalars) into JSON-ready Python objects.
 
-    Dict keys must be str; numpy/torch values become numbers or lists; non-finite floats
+    Dict keys must be str; numpy/torch values become numbers or lists, paths strings; non-finite floats
     become ``msgspec.Raw`` tokens (or None with ``strict_json``).
 
     ``raw=False`` keeps non-finite floats and strings as they are, for Python's ``json``.
@@ -231,6 +270,8 @@ def to_jsonable(value: Any, where: str = "value", strict_json: bool = False, raw
         return out
     if isinstance(value, (list, tuple)):
         return [to_jsonable(v, f"{where}[{i}]", strict_json, raw) for i, v in enumerate(value)]
+    if isinstance(value, os.PathLike):
+        return to_jsonable(os.fspath(value), where, strict_json, raw)
     tolist = getattr(value, "tolist", None)
     if callable(tolist) and getattr(value, "ndim", 0):
         return to_jsonable(tolist(), where, strict_json, raw)

@@ -37,7 +37,8 @@ from typing import Any
 from rllog._jsonl import iter_lines, repair_torn_tail, row_step
 from rllog._rank import process_rank
 from rllog.checkpoints import CHECKPOINTS_FILE, ResumeState, last_checkpoint, read_checkpoints
-from rllog.encoding import MetricsEncoder, encode_json, to_jsonable
+from rllog.encoding import MetricsEncoder, encode_json
+from rllog.errors import StorageError
 from rllog.storage import LocalStorage, Storage, open_storage
 
 __all__ = ["RunLogger", "METRICS_FILE", "SUPERSEDED_FILE", "CONFIG_FILE", "CODE_DIFF_FILE"]
@@ -105,6 +106,7 @@ class RunLogger:
         self._pending: list[bytes] = []  # rows the backend refused, retried in order
         self._pending_offset = 0  # bytes of _pending[0] already written
         self._unwritten_rollouts: dict[str, bytes] = {}  # rollout summary files the backend refused
+        self._pending_checkpoints: list[tuple[str, bytes]] = []  # records waiting for durable data
         self._lock = threading.Lock()
         self._encoder = MetricsEncoder(strict_json=strict_json)
         self._diff_thread: threading.Thread | None = None
@@ -114,8 +116,21 @@ class RunLogger:
             return
         self.storage = open_storage(log_path, **storage_options)
         self.log_path = self.storage.url
+        self._run_lock: int | None = None
         if not _worker:
-            self._start(resume)
+            holder = self._lock_run()
+            if holder is None:
+                self._start(resume)
+            elif resume:
+                raise RuntimeError(
+                    f"cannot resume {self.log_path}: process {holder} is still writing it "
+                    "(it holds .rllog.lock); stop it first, or log to another path"
+                )
+            else:
+                self._note(
+                    f"process {holder} is also writing {self.log_path}; rows are appended to the same "
+                    "files, and the start-up repair of torn lines is left to that process"
+                )
         self._fd = self.storage.append_fd(METRICS_FILE) if isinstance(self.storage, LocalStorage) else None
         if config is not None:
             self.log_config(config)
@@ -132,6 +147,31 @@ class RunLogger:
             warnings.warn(f"rllog: {message}", RuntimeWarning, stacklevel=4)
         else:
             logging.getLogger("rllog").info(message)
+
+    def _lock_run(self) -> str | None:
+        """Take the run's lock (local runs: ``flock`` on ``.rllog.lock``, held until close or
+        death). Returns None when taken (or not applicable), else the holder's pid as text.
+
+        The lock keeps two loggers from repairing or rewriting files the other is appending
+        to. Object stores have no such lock; see :mod:`rllog.storage` for their writers.
+        """
+        if not isinstance(self.storage, LocalStorage):
+            return None
+        import fcntl
+
+        path = self.storage.root / ".rllog.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
+            os.close(fd)
+            return holder
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._run_lock = fd
+        return None
 
     def _start(self, resume: bool) -> None:
         storage = self.storage
@@ -186,7 +226,7 @@ class RunLogger:
             if storage.exists(CODE_DIFF_FILE):
                 if storage.read(CODE_DIFF_FILE) == data:
                     return
-                name = f"code.{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}.diff"
+                name = _timestamped("code", ".diff", storage)
             else:
                 name = CODE_DIFF_FILE
             storage.write(name, data)
@@ -305,7 +345,7 @@ class RunLogger:
             if old == data:
                 return
             if old is not None:
-                storage.write(f"config.{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}.json", old)
+                storage.write(_timestamped("config", ".json", storage), old)
             storage.write(CONFIG_FILE, data)
         except OSError as exc:
             self._warn_once("config", f"could not write {self.log_path}/{CONFIG_FILE}: {exc}")
@@ -331,15 +371,20 @@ class RunLogger:
             loop_state: any extra JSON-able keys (numpy values converted); they come
                 back in :attr:`ResumeState.loop_state`.
 
+        A backend failure does not raise: when what was logged before cannot be made
+        durable, the record is held back (so a resume never points past data that was
+        lost), a warning is given once, and it is written at the next checkpoint,
+        ``flush`` or ``close`` that succeeds; ``close`` says which records never were.
+
         Raises:
             TypeError: ``name`` is not a str, ``batch`` not an int, or a loop-state
                 value is not JSON-able (the key is named).
-            StorageError: the record or the data before it could not be made durable
-                (the record is then not written, so a resume never points past data
-                that was lost).
+            RuntimeError: the logger is closed.
         """
         if not self.is_writer:
             return
+        if self._closed:
+            raise RuntimeError(f"log_checkpoint({name!r}) on a closed RunLogger for {self.log_path}")
         if not isinstance(name, str) or not name:
             raise TypeError(f"checkpoint name must be a non-empty str, got {name!r}")
         if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int)):
@@ -354,17 +399,40 @@ class RunLogger:
                 record[key] = value
         for key, value in loop_state.items():
             record[key] = value
-        line = encode_json(to_jsonable(record, f"checkpoint {name!r}", self.strict_json)) + b"\n"
-        self.flush(durable=True)
-        if self._pending:
-            from rllog.errors import StorageError
+        line = encode_json(record, where=f"checkpoint {name!r}", strict_json=self.strict_json) + b"\n"
+        self._pending_checkpoints.append((name, line))
+        self._commit_checkpoints()
 
-            raise StorageError(
-                f"checkpoint {name!r} not recorded: {len(self._pending)} metric row(s) are not yet "
-                f"written to {self.log_path}"
+    def _commit_checkpoints(self) -> bool:
+        """Append held checkpoint records once everything logged before them is durable.
+
+        Returns True when none is left. On a backend failure nothing raises: the records
+        wait (a resume never points past data that was lost), a warning is given once, and
+        the next checkpoint, ``flush`` or ``close`` tries again.
+        """
+        if not self._pending_checkpoints:
+            return True
+        try:
+            with self._lock:
+                self._drain()
+            if self._pending:
+                raise StorageError(f"{len(self._pending)} metric row(s) are not written yet")
+            if self._unwritten_rollouts and not self._write_rollout_files():
+                raise StorageError(f"{len(self._unwritten_rollouts)} rollout summary file(s) are not written yet")
+            self.storage.flush(durable=True)
+            while self._pending_checkpoints:
+                self.storage.append(CHECKPOINTS_FILE, self._pending_checkpoints[0][1])
+                self._pending_checkpoints.pop(0)
+            self.storage.flush(durable=True)
+        except OSError as exc:
+            names = [n for n, _ in self._pending_checkpoints]
+            self._warn_once(
+                f"checkpoint:{type(exc).__name__}",
+                f"checkpoint record(s) {names} held back: what was logged before them is not durable in "
+                f"{self.log_path} ({exc}). Training goes on; they are written once it is.",
             )
-        self.storage.append(CHECKPOINTS_FILE, line)
-        self.storage.flush(durable=True)
+            return False
+        return True
 
     # -- logtree reports (rllog.logtree) ---------------------------------------------
 
@@ -478,6 +546,7 @@ class RunLogger:
             self.storage.flush(durable=durable)
         except OSError as exc:
             self._warn_once(f"flush:{type(exc).__name__}", f"could not flush {self.log_path}: {exc}")
+        self._commit_checkpoints()
 
     def close(self) -> None:
         """Flush durably and close the storage. Idempotent. Rows that still cannot be
@@ -502,11 +571,19 @@ class RunLogger:
                 self._note(f"{what}; they were saved to {folder}")
         if self._pending:
             self._rescue()
+        if self._pending_checkpoints:
+            self._note(
+                f"checkpoint record(s) not written to {self.log_path}/{CHECKPOINTS_FILE}, because the data "
+                f"before them never became durable: {b''.join(line for _, line in self._pending_checkpoints).decode()}"
+            )
         if self._owns_storage:
             try:
                 self.storage.close()
             except OSError as exc:
                 self._note(f"closing {self.log_path} failed: {exc}")
+        if self._run_lock is not None:
+            os.close(self._run_lock)  # releases the flock
+            self._run_lock = None
 
     def _rescue(self) -> None:
         """Save rows the backend never took to a local temp file, else print them to stderr."""
@@ -544,6 +621,16 @@ class RunLogger:
         """Pickles as configuration: a worker gets a logger for the same run that writes
         its own artifacts (and can append rows) but does not redo start-of-run work."""
         return (_worker_logger, (self.log_path, self.strict_json, self._storage_options))
+
+
+def _timestamped(stem: str, suffix: str, storage: Storage) -> str:
+    """``stem.<UTC time>suffix``, with ``-2``, ``-3``... when that name is taken."""
+    base = f"{stem}.{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
+    name, n = base + suffix, 1
+    while storage.exists(name):
+        n += 1
+        name = f"{base}-{n}{suffix}"
+    return name
 
 
 def _worker_logger(log_path: str, strict_json: bool, storage_options: dict[str, Any]) -> RunLogger:

@@ -144,6 +144,10 @@ class LocalStorage:
         while view:
             view = view[os.write(fd, view) :]
 
+    def truncate(self, name: str, size: int) -> None:
+        """Cut ``name`` to ``size`` bytes in place (same file, so open descriptors stay valid)."""
+        os.truncate(self.path(name), size)
+
     def exists(self, name: str) -> bool:
         return self.path(name).is_file()
 
@@ -165,19 +169,29 @@ class LocalStorage:
         self.path(name).unlink()
 
     def flush(self, durable: bool = False) -> None:
+        """With ``durable``, fsync every file appended to.
+
+        Raises:
+            StorageError: an fsync failed (EIO, ENOSPC...): what was appended may not be
+                on disk.
+        """
         if durable:
-            for fd in list(self._fds.values()):
-                try:
-                    os.fsync(fd)
-                except OSError:  # closed concurrently by write/remove: nothing left to sync
-                    pass
+            with self._lock:  # write/remove close descriptors under this lock
+                for name, fd in self._fds.items():
+                    try:
+                        os.fsync(fd)
+                    except OSError as exc:
+                        raise StorageError(f"fsync of {self.url}/{name} failed: {exc}") from exc
 
     def close(self) -> None:
-        self.flush(durable=True)
-        with self._lock:
-            fds, self._fds = self._fds, {}
-        for fd in fds.values():
-            os.close(fd)
+        """fsync and close every descriptor; raises StorageError (after closing) if an fsync failed."""
+        try:
+            self.flush(durable=True)
+        finally:
+            with self._lock:
+                fds, self._fds = self._fds, {}
+            for fd in fds.values():
+                os.close(fd)
 
 
 class FsspecStorage:

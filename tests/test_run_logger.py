@@ -115,15 +115,62 @@ def test_other_config_kinds_never_raise_on_odd_values() -> None:
         config_to_dict([1, 2])
 
 
+def test_config_never_leaks_secrets_and_never_raises() -> None:
+    import types
+
+    import numpy as np
+    import pydantic
+
+    secret = "sk-SECRET-1234567890abc"
+
+    class Broken:
+        def __repr__(self) -> str:
+            raise RuntimeError("no repr")
+
+        @property
+        def bad(self) -> int:
+            raise ValueError("no")
+
+    class Hostile:
+        def __getattr__(self, name: str) -> None:
+            raise KeyError(name)
+
+    class Settings(pydantic.BaseModel):
+        key: pydantic.SecretStr = pydantic.SecretStr(secret)
+
+    deep: dict = {}
+    cur = deep
+    for _ in range(3000):
+        cur["a"] = {}
+        cur = cur["a"]
+    config = {
+        "client": types.SimpleNamespace(api_key=secret, timeout=30), "headers": {"Authorization": f"Bearer {secret}"},
+        "api_keys": [secret], "wandb_key": secret, "note": f"call with token={secret}", "free": f"key {secret} here",
+        "settings": Settings(), "broken": Broken(), "hostile": Hostile(), "weights": np.zeros((3000, 3000), np.float32),
+        "small": np.arange(3), "stop_tokens": ["</s>"], "max_tokens": 512, "deep": deep,
+    }
+    out = config_to_dict(config)
+    assert secret not in json.dumps(out) and "SECRET" not in json.dumps(out)
+    assert out["client"] == {"api_key": REDACTED, "timeout": 30}
+    assert out["headers"] == {"Authorization": REDACTED} and out["api_keys"] == [REDACTED]
+    assert out["note"] == f"call with token={REDACTED}" and out["free"] == f"key {REDACTED} here"
+    assert out["settings"] == {"key": REDACTED}
+    assert out["hostile"] == "<unrepresentable Hostile: KeyError>"
+    assert out["weights"] == "<ndarray shape (3000, 3000) dtype float32>" and out["small"] == [0, 1, 2]
+    assert out["stop_tokens"] == ["</s>"] and out["max_tokens"] == 512
+    assert isinstance(out["broken"], str)
+
+
 def test_changed_config_keeps_the_old_file(tmp_path: Path) -> None:
     with RunLogger(tmp_path, config={"lr": 1}, code_diff=False) as logger:
         logger.log_config({"lr": 1})
         assert sorted(p.name for p in tmp_path.glob("config*.json")) == ["config.json"]
         logger.log_config({"lr": 2})
+        logger.log_config({"lr": 3})  # within the same second: each old config keeps its own copy
     names = sorted(p.name for p in tmp_path.glob("config*.json"))
-    assert len(names) == 2 and json.loads((tmp_path / "config.json").read_text()) == {"lr": 2}
-    old = next(n for n in names if n != "config.json")
-    assert json.loads((tmp_path / old).read_text()) == {"lr": 1}
+    assert len(names) == 3 and json.loads((tmp_path / "config.json").read_text()) == {"lr": 3}
+    olds = sorted(json.loads((tmp_path / n).read_text())["lr"] for n in names if n != "config.json")
+    assert olds == [1, 2]
 
 
 # -- code.diff -------------------------------------------------------------------------
@@ -211,6 +258,58 @@ def test_checkpoint_records_and_loop_state_round_trip(tmp_path: Path) -> None:
         RunLogger(tmp_path / "x", code_diff=False).log_checkpoint("c", batch=1, bad=object())
     with pytest.raises(TypeError, match="batch must be an int"):
         RunLogger(tmp_path / "y", code_diff=False).log_checkpoint("c", batch="3")
+
+
+def test_checkpoint_loop_state_with_nan_paths_arrays_and_odd_names(tmp_path: Path) -> None:
+    import numpy as np
+
+    with RunLogger(tmp_path, code_diff=False) as logger:
+        logger.log_checkpoint("a\udc80", batch=1, best=float("nan"), worst=float("-inf"), r=np.array([1.0, np.nan]),
+                              state_path=pathlib.Path("/ck/000001"), where=pathlib.Path("x"))
+    line = (tmp_path / "checkpoints.jsonl").read_bytes()
+    assert line == (b'{"name":"a\\udc80","batch":1,"state_path":"/ck/000001","best":NaN,"worst":-Infinity,'
+                    b'"r":[1.0,NaN],"where":"x"}\n')
+    with RunLogger(tmp_path, resume=True, code_diff=False) as logger:
+        state = logger.resume_state
+    assert state.name == "a\udc80" and state.state_path == "/ck/000001"
+    assert str(state.loop_state["best"]) == "nan" and state.loop_state["r"][0] == 1.0
+    logger2 = RunLogger(tmp_path / "closed", code_diff=False)
+    logger2.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        logger2.log_checkpoint("x", batch=1)
+
+
+def test_a_second_logger_never_rewrites_files_a_live_writer_appends_to(tmp_path: Path) -> None:
+    """A relaunched job while the old one still runs: the old writer's rows are never lost."""
+    script = f"""
+        import sys, time
+        from rllog import RunLogger
+        with RunLogger({str(tmp_path)!r}, code_diff=False) as logger:
+            print("ready", flush=True)
+            for i in range(20000):
+                logger.log_metrics(i, {{"pad": "y" * (i % 500)}})
+                if i == 2000:
+                    print("half", flush=True)
+                    sys.stdin.readline()
+    """
+    path = tmp_path / "writer.py"
+    path.write_text(textwrap.dedent(script))
+    proc = subprocess.Popen([sys.executable, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.stdout.readline().strip() == "ready" and proc.stdout.readline().strip() == "half"
+    with open(tmp_path / "metrics.jsonl", "ab") as f:
+        f.write(b'{"step":')  # a torn tail as if a writer were caught mid-row
+    with pytest.warns(RuntimeWarning, match=r"process \d+ is also writing"):
+        second = RunLogger(tmp_path, code_diff=False)
+    with pytest.raises(RuntimeError, match=r"cannot resume .* process \d+ is still writing"):
+        RunLogger(tmp_path, resume=True, code_diff=False)
+    second.close()
+    proc.stdin.write("go\n")
+    proc.stdin.close()
+    assert proc.wait(timeout=60) == 0
+    data = (tmp_path / "metrics.jsonl").read_bytes()
+    assert not (tmp_path / "metrics.jsonl.torn").exists()  # the live file was not repaired under the writer
+    assert data.count(b'"pad"') == 20000  # every row of the first writer is in the file
 
 
 def test_resume_moves_rerun_steps_aside_and_keeps_them(tmp_path: Path) -> None:
@@ -332,6 +431,7 @@ def test_full_disk_never_kills_the_loop_and_says_what_was_not_written(tmp_path: 
             with RunLogger({str(tmp_path / 'run')!r}, code_diff=False) as logger:
                 for i in range({n_rows}):
                     logger.log_metrics(i, {{"reward": i / 100, "pad": "x" * 30}})
+                logger.log_checkpoint("final", batch={n_rows})  # must not raise, must not be recorded
         print(json.dumps([str(w.message) for w in caught]))
     """, tmp_path)
     assert out.returncode == 0, out.stderr
@@ -355,6 +455,10 @@ def test_full_disk_never_kills_the_loop_and_says_what_was_not_written(tmp_path: 
         assert any(f"{lost} metric row(s) could not be written" in m and "printed to stderr" in m for m in msgs)
         recovered = [json.loads(line) for line in out.stderr.splitlines() if line.startswith('{"step"')]
     assert [r["step"] for r in written + recovered] == list(range(n_rows))  # nothing lost, nothing twice
+    # the checkpoint record would point past rows that were never written: held back, reported
+    assert not (tmp_path / "run" / "checkpoints.jsonl").exists()
+    assert any("held back" in m for m in msgs)
+    assert any(f'not written to {tmp_path / "run"}/checkpoints.jsonl' in m and '"name":"final"' in m for m in msgs)
 
 
 def test_open_storage_rejects_escaping_names(tmp_path: Path) -> None:
