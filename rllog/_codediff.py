@@ -40,18 +40,40 @@ def script_dir() -> Path:
     return Path.cwd()
 
 
+_ENV = {"GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"}
+
+
 def _git(cwd: Path, *args: str) -> str:
-    out = subprocess.run(
-        ["git", *args], cwd=cwd, capture_output=True, timeout=_TIMEOUT, check=True,
-        env={**os.environ, "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"},
-    )
-    return out.stdout.decode("utf-8", "replace")
+    out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, timeout=_TIMEOUT, check=True,
+                         env={**os.environ, **_ENV})
+    return out.stdout.decode("utf-8", "surrogateescape")
+
+
+def _git_bytes(cwd: Path, limit: int, *args: str) -> tuple[bytes, int]:
+    """Up to ``limit`` bytes of a git command's output, read as a stream (a huge diff is
+    never held whole), and how many bytes there were in all."""
+    with subprocess.Popen(["git", *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                          env={**os.environ, **_ENV}) as proc:
+        assert proc.stdout is not None
+        kept = bytearray()
+        total = 0
+        try:
+            while chunk := proc.stdout.read(1 << 16):
+                total += len(chunk)
+                if len(kept) < limit:
+                    kept += chunk[: limit - len(kept)]
+        finally:
+            proc.stdout.close()
+            proc.wait(timeout=_TIMEOUT)
+    return bytes(kept), total
 
 
 def code_diff(start: Path | None = None, max_bytes: int = 4 << 20) -> bytes:
     """The bytes of code.diff for the repository holding ``start`` (default: :func:`script_dir`).
 
-    Never raises: any failure becomes a note line in the returned text.
+    The diff is kept as git's bytes (non-UTF-8 sources stay a valid patch) and cut, when
+    longer than ``max_bytes``, at the end of a line. Never raises: any failure becomes a
+    note line in the returned text.
     """
     start = start or script_dir()
     if shutil.which("git") is None:
@@ -61,31 +83,33 @@ def code_diff(start: Path | None = None, max_bytes: int = 4 << 20) -> bytes:
     except (subprocess.CalledProcessError, OSError, subprocess.TimeoutExpired):
         return f"# rllog code.diff: {start} is not in a git repository; no code state recorded\n".encode()
     lines = ["# rllog code.diff", f"# repository: {top}"]
+    body, total = b"", 0
     try:
-        commit = _git(top, "rev-parse", "HEAD").strip()
-        branch = _git(top, "rev-parse", "--abbrev-ref", "HEAD").strip()
-        lines.append(f"# commit: {commit} (branch {branch})")
-        diff = _git(top, "diff", "HEAD", "--no-color", "--no-ext-diff")
-    except subprocess.CalledProcessError:
-        lines.append("# commit: none (the repository has no commits yet)")
-        diff = ""
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        try:
+            commit = _git(top, "rev-parse", "--verify", "HEAD").strip()
+        except subprocess.CalledProcessError:
+            lines.append("# commit: none (no commits yet); the diff shows the staged files against an empty tree")
+            body, total = _git_bytes(top, max_bytes, "diff", "--cached", "--no-color", "--no-ext-diff", "--binary")
+        else:
+            branch = _git(top, "rev-parse", "--abbrev-ref", "HEAD").strip()
+            lines.append(f"# commit: {commit} ({'detached HEAD' if branch == 'HEAD' else 'branch ' + branch})")
+            body, total = _git_bytes(top, max_bytes, "diff", "HEAD", "--no-color", "--no-ext-diff", "--binary")
+    except (OSError, subprocess.SubprocessError) as exc:
         lines.append(f"# git failed: {exc}")
-        diff = ""
     try:
-        untracked = _git(top, "ls-files", "--others", "--exclude-standard").splitlines()
+        untracked = _git(top, "ls-files", "--others", "--exclude-standard", "-z").split("\0")
+        untracked = [u for u in untracked if u]
     except (subprocess.CalledProcessError, OSError, subprocess.TimeoutExpired):
         untracked = []
     lines.append(f"# untracked files ({len(untracked)}):")
     lines.extend(f"#   {u}" for u in untracked[:_MAX_UNTRACKED])
     if len(untracked) > _MAX_UNTRACKED:
         lines.append(f"#   ... and {len(untracked) - _MAX_UNTRACKED} more")
-    if not diff:
+    if not total:
         lines.append("# no uncommitted changes to tracked files")
-    head = ("\n".join(lines) + "\n").encode()
-    body = diff.encode()
-    if len(head) + len(body) > max_bytes:
-        keep = max(0, max_bytes - len(head))
-        cut = len(body) - keep
-        body = body[:keep] + f"\n# rllog: diff cut at {max_bytes} bytes; {cut} bytes left out\n".encode()
+    head = ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape")
+    room = max(0, max_bytes - len(head))
+    if total > room:
+        cut = body.rfind(b"\n", 0, room) + 1  # whole lines only
+        body = body[:cut] + f"# rllog: diff cut at {max_bytes} bytes; {total - cut} bytes left out\n".encode()
     return head + body

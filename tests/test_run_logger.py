@@ -234,6 +234,27 @@ def test_code_diff_is_bounded(tmp_path: Path) -> None:
     assert 10_000 <= len(data) < 10_200 and b"# rllog: diff cut at 10000 bytes;" in data
 
 
+def test_code_diff_keeps_bytes_cuts_at_lines_and_handles_unborn_and_detached_heads(tmp_path: Path) -> None:
+    from rllog._codediff import code_diff
+
+    repo = tmp_path / "r"
+    repo.mkdir()
+    git = lambda *a: subprocess.run(["git", "-c", "user.email=a@b", "-c", "user.name=a", *a], cwd=repo,  # noqa: E731
+                                    check=True, capture_output=True)
+    git("init", "-q")
+    (repo / "latin1.py").write_bytes(b"# caf\xe9\n")
+    git("add", "latin1.py")
+    unborn = code_diff(repo)
+    assert b"# commit: none (no commits yet)" in unborn and b"+# caf\xe9" in unborn  # staged, raw bytes
+    git("commit", "-qm", "one")
+    (repo / "latin1.py").write_bytes(b"# caf\xe9\n" + b"".join(b"line %d \xe9\n" % i for i in range(2000)))
+    git("checkout", "-q", "--detach")
+    data = code_diff(repo, max_bytes=2000)
+    assert b"(detached HEAD)" in data and b"+line 0 \xe9\n" in data
+    body, note = data.rsplit(b"# rllog: diff cut at 2000 bytes; ", 1)
+    assert body.endswith(b"\n") and len(body) <= 2000 and note.endswith(b" bytes left out\n")
+
+
 # -- checkpoints and resume ------------------------------------------------------------
 
 
