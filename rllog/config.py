@@ -45,6 +45,7 @@ from rllog.errors import ConfigError
 __all__ = ["config_to_dict", "load_config", "REDACTED"]
 
 REDACTED = "<redacted>"
+_TYPE_KEY = "__chz_type__"
 _SECRET = re.compile(
     r"(?:^|[_\-.])(?:api_?keys?|apikeys?|token|secrets?|secret_?key|passwords?|passwd|"
     r"pass_?phrase|access_?keys?|private_?keys?|credentials?|auth|auth_?token|bearer|authorization|cookies?|"
@@ -159,6 +160,8 @@ def _convert_value(value: Any, key: str | None, depth: int) -> Any:
         return REDACTED
     if isinstance(value, type) or callable(value) and not hasattr(value, "__dict__") or _is_function(value):
         return _qualname(value)
+    if _is_chz(value):
+        return _convert_chz(value, depth)
     fields = _fields_of(value)
     if fields is not None:
         out = {}
@@ -199,6 +202,41 @@ def _convert_value(value: Any, key: str | None, depth: int) -> Any:
     if callable(value):
         return _qualname(value)
     return _scrub(reprlib.repr(value))
+
+
+def _is_chz(value: Any) -> bool:
+    import sys
+
+    chz = sys.modules.get("chz")
+    return chz is not None and not isinstance(value, type) and chz.is_chz(value)
+
+
+def _convert_chz(value: Any, depth: int) -> dict[str, Any]:
+    """A chz object's fields; a nested chz object whose class is not the field's declared
+    one (a subclass, or a field typed ``object``) gets ``"__chz_type__": "module:Class"``
+    so :func:`load_config` rebuilds the same class."""
+    import typing
+
+    import chz
+
+    out: dict[str, Any] = {}
+    for name, field in chz.chz_fields(value).items():
+        v = getattr(value, name)
+        declared = field.x_type
+        conv = _convert(v, name, depth + 1)
+        if _is_chz(v) and type(v) is not declared:
+            conv = {_TYPE_KEY: _qualname(type(v)), **conv}
+        elif isinstance(v, (list, tuple, dict)) and isinstance(conv, (list, dict)):
+            args = typing.get_args(declared)
+            items = v.values() if isinstance(v, dict) else v
+            item_type = args[-1] if args and args[-1] is not Ellipsis else (args[0] if args else None)
+            keys = list(conv) if isinstance(conv, dict) else range(len(conv))
+            for item, k in zip(items, keys):
+                c = conv[k]
+                if _is_chz(item) and isinstance(c, dict) and type(item) is not item_type:
+                    conv[k] = {_TYPE_KEY: _qualname(type(item)), **c}
+        out[name] = conv
+    return out
 
 
 def _safe_str(value: Any) -> str:
@@ -252,20 +290,62 @@ def load_config(log_path: Any, cls: type[T] | None = None, **storage_options: An
 
 
 def _flatten(cls: Any, data: dict[str, Any], prefix: str, out: dict[str, Any]) -> None:
+    """chz blueprint values (``"optim.lr"``, ``"evals.0.name"``) for the fields of ``cls`` in ``data``."""
     import chz
 
-    fields = chz.chz_fields(cls) if chz.is_chz(cls) else {}
+    fields = chz.chz_fields(cls)
     for key, value in data.items():
-        if key.startswith("__chz"):
-            continue
-        if key not in fields and fields:
-            continue  # a field the class no longer has
-        ftype = getattr(fields.get(key), "x_type", None)
-        if isinstance(value, dict) and isinstance(ftype, type) and chz.is_chz(ftype):
-            _flatten(ftype, value, f"{prefix}{key}.", out)
-        elif isinstance(value, str):
-            out[f"{prefix}{key}"] = chz.Castable(value)
-        elif isinstance(value, list) and getattr(ftype, "__origin__", None) is tuple:
-            out[f"{prefix}{key}"] = tuple(value)
-        else:
-            out[f"{prefix}{key}"] = value
+        if key == _TYPE_KEY or key not in fields:
+            continue  # the type marker, or a field the class no longer has
+        _flatten_value(fields[key].x_type, value, f"{prefix}{key}", out)
+
+
+def _flatten_value(ftype: Any, value: Any, path: str, out: dict[str, Any]) -> None:
+    import typing
+
+    import chz
+
+    origin, args = typing.get_origin(ftype), typing.get_args(ftype)
+    if isinstance(value, dict):
+        marked = value.get(_TYPE_KEY)
+        target = _import_type(marked) if isinstance(marked, str) else ftype
+        if isinstance(target, type) and chz.is_chz(target):
+            if marked:
+                out[path] = chz.Castable(marked)
+            _flatten(target, value, f"{path}.", out)
+            return
+        if origin in (dict, typing.Mapping) or (isinstance(origin, type) and issubclass(origin, dict)):
+            item_type = args[1] if len(args) == 2 else Any
+            if any(isinstance(v, dict) for v in value.values()):
+                for k, v in value.items():
+                    _flatten_value(item_type, v, f"{path}.{k}", out)
+                return
+        out[path] = value
+        return
+    if isinstance(value, list):
+        item_type = args[0] if args and args[-1] is not Ellipsis or len(args) == 2 else Any
+        if value and all(isinstance(v, dict) for v in value):
+            for i, v in enumerate(value):
+                _flatten_value(args[i] if origin is tuple and len(args) > i and args[-1] is not Ellipsis else item_type,
+                               v, f"{path}.{i}", out)
+            return
+        out[path] = tuple(value) if origin is tuple else value
+        return
+    if isinstance(value, str) and ftype is not str and str not in args:
+        out[path] = chz.Castable(value)  # enums, paths, callables: chz casts the text
+    else:
+        out[path] = value
+
+
+def _import_type(name: str) -> Any:
+    """The class named ``"module:qualname"``, or None."""
+    import importlib
+
+    module, _, qualname = name.partition(":")
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError, ValueError):
+        return None
+    return obj

@@ -80,6 +80,42 @@ def test_chz_config_written_readably_and_rebuilt(tmp_path: Path) -> None:
     assert rebuilt.optim.loss_fn is Loss.IMPORTANCE_SAMPLING and isinstance(rebuilt.log_path, pathlib.Path)
 
 
+@chz.chz
+class Evaluator:
+    name: str = "test"
+    every: int = 10
+
+
+@chz.chz
+class MathEvaluator(Evaluator):
+    digits: int = 2
+
+
+@chz.chz
+class NestedConfig:
+    evaluators: list[Evaluator]
+    by_name: dict[str, Evaluator]
+    default: Evaluator
+    anything: object = None
+    stop: str | None = None
+    pair: tuple[int, str] = (1, "a")
+
+
+def test_nested_and_polymorphic_chz_configs_are_rebuilt(tmp_path: Path) -> None:
+    cfg = NestedConfig(
+        evaluators=[Evaluator(name="a"), MathEvaluator(name="b", digits=3)], by_name={"x": Evaluator(every=5)},
+        default=MathEvaluator(), anything=Evaluator(name="any"), stop="None", pair=(2, "b"),
+    )
+    with RunLogger(tmp_path, config=cfg, code_diff=False):
+        pass
+    data = json.loads((tmp_path / "config.json").read_text())
+    assert data["evaluators"][0] == {"name": "a", "every": 10}  # declared class: no marker
+    assert data["evaluators"][1]["__chz_type__"] == f"{__name__}:MathEvaluator"
+    assert data["default"]["__chz_type__"] == f"{__name__}:MathEvaluator"
+    rebuilt = load_config(tmp_path, NestedConfig)
+    assert rebuilt == cfg and type(rebuilt.default) is MathEvaluator and rebuilt.stop == "None"
+
+
 @dataclasses.dataclass
 class DC:
     lr: float
