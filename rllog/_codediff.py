@@ -1,8 +1,13 @@
 """code.diff: the state of the training code at the start of a run.
 
-Format (text, UTF-8)::
+Format (text; git's bytes for the diff itself)::
 
     # rllog code.diff
+    # host: node-17
+    # command: /usr/bin/python train.py lr=3e-5
+    # working directory: /home/me/proj
+    # python: 3.11.7 (Linux-6.1-x86_64), rllog 0.1.0
+    # started: 2026-11-30T12:00:00Z
     # repository: /home/me/proj
     # commit: 3f2c...e1 (branch main)
     # untracked files (2):
@@ -10,8 +15,9 @@ Format (text, UTF-8)::
     #   notes/todo.txt
     <output of `git diff HEAD`, staged and unstaged changes together>
 
-When the script is not in a git repository, or git is missing or fails, the file holds
-one ``# rllog code.diff: ...`` line that says why. The diff is cut at ``max_bytes``
+When the script is not in a git repository, or git is missing or fails, the first line
+says why (``# rllog code.diff: ... no code state recorded``), followed by the same
+host/command lines. The diff is cut at ``max_bytes``
 (default 4 MiB) with a line saying how many bytes were left out.
 """
 
@@ -30,14 +36,32 @@ _MAX_UNTRACKED = 1000
 
 
 def script_dir() -> Path:
-    """The folder of the running training script (``__main__``), else the working directory."""
+    """The folder of the training code: the running script's (``__main__``), unless that
+    script is part of a Python installation (a console-script entry point such as
+    ``rllog`` or ``torchrun`` in ``bin/``, a module in site-packages), then the working
+    directory."""
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None) or (sys.argv[0] if sys.argv and sys.argv[0] not in ("", "-c") else None)
     if path:
         p = Path(path).resolve()
-        if p.exists():
+        if p.exists() and not _in_python_install(p):
             return p.parent
     return Path.cwd()
+
+
+def _in_python_install(path: Path) -> bool:
+    import site
+    import sysconfig
+
+    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages(), site.getusersitepackages()}
+    roots.update(p for p in sysconfig.get_paths().values() if p)
+    for root in roots:
+        try:
+            path.relative_to(Path(root).resolve())
+        except (ValueError, OSError):
+            continue
+        return True
+    return False
 
 
 _ENV = {"GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"}
@@ -68,6 +92,28 @@ def _git_bytes(cwd: Path, limit: int, *args: str) -> tuple[bytes, int]:
     return bytes(kept), total
 
 
+def _context(head: bytes) -> bytes:
+    """``head`` followed by where and how the run was started (host, command, Python, time)."""
+    import platform
+    import shlex
+    import time
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        rllog_version = version("rllog")
+    except PackageNotFoundError:
+        rllog_version = "unknown"
+    lines = [
+        f"# host: {platform.node()}",
+        f"# command: {shlex.join([sys.executable, *sys.argv])}",
+        f"# working directory: {Path.cwd()}",
+        f"# python: {platform.python_version()} ({platform.platform()}), rllog {rllog_version}",
+        f"# started: {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}",
+    ]
+    first, _, rest = head.partition(b"\n")
+    return first + b"\n" + "\n".join(lines).encode("utf-8", "surrogateescape") + b"\n" + rest
+
+
 def code_diff(start: Path | None = None, max_bytes: int = 4 << 20) -> bytes:
     """The bytes of code.diff for the repository holding ``start`` (default: :func:`script_dir`).
 
@@ -77,11 +123,11 @@ def code_diff(start: Path | None = None, max_bytes: int = 4 << 20) -> bytes:
     """
     start = start or script_dir()
     if shutil.which("git") is None:
-        return b"# rllog code.diff: git is not installed; no code state recorded\n"
+        return _context(b"# rllog code.diff: git is not installed; no code state recorded\n")
     try:
         top = Path(_git(start, "rev-parse", "--show-toplevel").strip())
     except (subprocess.CalledProcessError, OSError, subprocess.TimeoutExpired):
-        return f"# rllog code.diff: {start} is not in a git repository; no code state recorded\n".encode()
+        return _context(f"# rllog code.diff: {start} is not in a git repository; no code state recorded\n".encode())
     lines = ["# rllog code.diff", f"# repository: {top}"]
     body, total = b"", 0
     try:
@@ -107,7 +153,7 @@ def code_diff(start: Path | None = None, max_bytes: int = 4 << 20) -> bytes:
         lines.append(f"#   ... and {len(untracked) - _MAX_UNTRACKED} more")
     if not total:
         lines.append("# no uncommitted changes to tracked files")
-    head = ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape")
+    head = _context(("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
     room = max(0, max_bytes - len(head))
     if total > room:
         cut = body.rfind(b"\n", 0, room) + 1  # whole lines only

@@ -226,25 +226,13 @@ def _evaluate(policy: Policy, iteration: int, samples_per_prompt: int = 4) -> tu
     return summarize_rollouts(records, prefix="test/"), records
 
 
-def _write_index(path: str, storage_options: dict[str, Any], say: Any) -> str | None:
-    """Write the run's index.html (charts and links to the reports); its location, or None."""
-    from rllog.index import write_index
-    from rllog.storage import open_storage
-
-    try:
-        where, _findings = write_index(open_storage(path, **storage_options))
-    except Exception as exc:  # the run itself is complete; the page is a convenience
-        say(f"could not write index.html: {exc}")
-        return None
-    return where
-
-
 def run_demo(cfg: DemoConfig, *, resume: bool = False, quiet: bool = False, **storage_options: Any) -> dict[str, float]:
     """Run the demo loop, logging to ``cfg.log_path``; returns the last metrics row.
 
-    Prints one progress line per iteration to stderr unless ``quiet``.
+    Prints one progress line per iteration and a closing note to stdout unless ``quiet``
+    (warnings go to stderr).
     """
-    out = sys.stderr
+    out = sys.stdout
 
     def say(msg: str) -> None:
         if not quiet:
@@ -319,7 +307,11 @@ def run_demo(cfg: DemoConfig, *, resume: bool = False, quiet: bool = False, **st
                 f"{per_iter * 1000:.0f} ms/iter  ~{per_iter * (cfg.n_batches - i - 1):.1f} s left"
             )
         path = logger.log_path
-    index = _write_index(path, storage_options, say)
+    index = logger.index_url
+    if path.startswith("memory://"):
+        say(f"\nDone. The run lived in {path}, which exists only inside this process: it is gone now. "
+            "Give a folder (or gs://, s3://) to keep it.")
+        return last
     say(
         f"\nDone. The run's files are in {path}:\n"
         f"  metrics.jsonl, config.json, checkpoints.jsonl, code.diff, checkpoints/*.npz,\n"

@@ -36,7 +36,9 @@ import enum
 import os
 import re
 import reprlib
+import threading
 import types
+import warnings
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
@@ -85,7 +87,9 @@ def config_to_dict(config: Any) -> dict[str, Any]:
         ConfigError: if ``config`` does not convert to a mapping at the top level (a
             list, a number, a string).
     """
-    out = _convert(config, None, 0)
+    with _PATH_LOCK:
+        _ON_PATH.clear()
+        out = _convert(config, None, 0)
     if not isinstance(out, dict):
         raise ConfigError(
             f"config must be a chz object, dataclass, pydantic model, argparse.Namespace or mapping, "
@@ -125,24 +129,43 @@ def _fields_of(obj: Any) -> Mapping[str, Any] | None:
     return None
 
 
+_ON_PATH: set[int] = set()  # ids of the containers being converted (cycle detection; one thread at a time)
+_PATH_LOCK = threading.RLock()
+
+
 def _convert(value: Any, key: str | None, depth: int) -> Any:
     """Convert one value; never raises (a value that fails becomes a ``<...>`` note)."""
+    container = isinstance(value, (dict, list, tuple, set, frozenset)) or hasattr(value, "__dict__")
+    if container and id(value) in _ON_PATH:
+        return f"<cycle: this {type(value).__name__} contains itself>"
     try:
+        if container:
+            _ON_PATH.add(id(value))
         return _convert_value(value, key, depth)
     except RecursionError:
         return "<too deeply nested>"
     except Exception as exc:  # an odd object (raising property, __repr__...) must not stop the run
         return f"<unrepresentable {type(value).__name__}: {type(exc).__name__}>"
+    finally:
+        if container:
+            _ON_PATH.discard(id(value))
+
+
+_URL_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.\-]*://[^:/@\s]+:)[^@\s/]+(@)", re.IGNORECASE)
 
 
 def _scrub(text: str) -> str:
-    """Redact secret-looking tokens inside free text (a repr, a header value)."""
+    """Redact secret-looking tokens inside free text (a repr, a header value, a URL's password)."""
+    text = _URL_PASSWORD.sub(lambda m: m.group(1) + REDACTED + m.group(2), text)
     return _SECRET_TEXT.sub(lambda m: (m.group(1) or "") + REDACTED, text)
 
 
 def _convert_value(value: Any, key: str | None, depth: int) -> Any:
-    if key is not None and _is_secret(key) and isinstance(value, (str, bytes)) and not isinstance(value, enum.Enum):
-        return REDACTED if value else value
+    if key is not None and _is_secret(key) and not isinstance(value, enum.Enum):
+        if isinstance(value, (str, bytes)):
+            return REDACTED if value else value
+        if isinstance(value, (dict, list, tuple)) or hasattr(value, "__dict__"):
+            return _redact_all(_convert_value(value, None, depth))  # a secret's parts are secret too
     if isinstance(value, enum.Enum):
         return value.name
     if value is None or isinstance(value, (bool, int)):
@@ -239,6 +262,17 @@ def _convert_chz(value: Any, depth: int) -> dict[str, Any]:
     return out
 
 
+def _redact_all(value: Any) -> Any:
+    """Every string leaf of an already converted value replaced by ``<redacted>``."""
+    if isinstance(value, str):
+        return REDACTED if value else value
+    if isinstance(value, dict):
+        return {k: _redact_all(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact_all(v) for v in value]
+    return value
+
+
 def _safe_str(value: Any) -> str:
     try:
         return str(value)
@@ -255,8 +289,9 @@ def _is_function(value: Any) -> bool:
 def load_config(log_path: Any, cls: type[T] | None = None, **storage_options: Any) -> T | dict[str, Any]:
     """Read ``config.json`` of a run; with ``cls`` (a chz class) rebuild the config object.
 
-    Redacted secrets come back as the string ``"<redacted>"``; pass the real value
-    again by building with ``chz.replace`` if the rebuilt config needs it.
+    Redacted secrets come back as the string ``"<redacted>"`` (a RuntimeWarning names
+    them; set them again with ``chz.replace``), and values for fields ``cls`` does not
+    have (renamed or removed since the run) are left out with a RuntimeWarning.
 
     Args:
         log_path: the run's folder or URL, or a Storage.
@@ -282,25 +317,42 @@ def load_config(log_path: Any, cls: type[T] | None = None, **storage_options: An
     if not chz.is_chz(cls):
         raise ConfigError(f"load_config: cls must be a chz class, got {cls!r}")
     values: dict[str, Any] = {}
-    _flatten(cls, data, "", values)
+    dropped: list[str] = []
+    _flatten(cls, data, "", values, dropped)
     try:
-        return chz.Blueprint(cls).apply(values).make()
+        config = chz.Blueprint(cls).apply(values).make()
     except Exception as exc:
         raise ConfigError(f"could not rebuild {cls.__qualname__} from {storage.url}/config.json: {exc}") from exc
+    if dropped:
+        warnings.warn(
+            f"rllog: {storage.url}/config.json has values {cls.__qualname__} has no field for, left out "
+            f"(renamed fields keep their defaults): {', '.join(dropped)}", RuntimeWarning, stacklevel=2,
+        )
+    redacted = sorted(k for k, v in values.items() if getattr(v, "value", v) == REDACTED)
+    if redacted:
+        warnings.warn(
+            f"rllog: {', '.join(redacted)} came back as {REDACTED!r} (secrets are not written to config.json); "
+            "set them again, e.g. with chz.replace", RuntimeWarning, stacklevel=2,
+        )
+    return config
 
 
-def _flatten(cls: Any, data: dict[str, Any], prefix: str, out: dict[str, Any]) -> None:
-    """chz blueprint values (``"optim.lr"``, ``"evals.0.name"``) for the fields of ``cls`` in ``data``."""
+def _flatten(cls: Any, data: dict[str, Any], prefix: str, out: dict[str, Any], dropped: list[str]) -> None:
+    """chz blueprint values (``"optim.lr"``, ``"evals.0.name"``) for the fields of ``cls`` in
+    ``data``; keys the class has no field for go to ``dropped``."""
     import chz
 
     fields = chz.chz_fields(cls)
     for key, value in data.items():
-        if key == _TYPE_KEY or key not in fields:
-            continue  # the type marker, or a field the class no longer has
-        _flatten_value(fields[key].x_type, value, f"{prefix}{key}", out)
+        if key == _TYPE_KEY:
+            continue
+        if key not in fields:
+            dropped.append(f"{prefix}{key}")
+            continue
+        _flatten_value(fields[key].x_type, value, f"{prefix}{key}", out, dropped)
 
 
-def _flatten_value(ftype: Any, value: Any, path: str, out: dict[str, Any]) -> None:
+def _flatten_value(ftype: Any, value: Any, path: str, out: dict[str, Any], dropped: list[str]) -> None:
     import typing
 
     import chz
@@ -312,13 +364,13 @@ def _flatten_value(ftype: Any, value: Any, path: str, out: dict[str, Any]) -> No
         if isinstance(target, type) and chz.is_chz(target):
             if marked:
                 out[path] = chz.Castable(marked)
-            _flatten(target, value, f"{path}.", out)
+            _flatten(target, value, f"{path}.", out, dropped)
             return
         if origin in (dict, typing.Mapping) or (isinstance(origin, type) and issubclass(origin, dict)):
             item_type = args[1] if len(args) == 2 else Any
             if any(isinstance(v, dict) for v in value.values()):
                 for k, v in value.items():
-                    _flatten_value(item_type, v, f"{path}.{k}", out)
+                    _flatten_value(item_type, v, f"{path}.{k}", out, dropped)
                 return
         out[path] = value
         return
@@ -327,7 +379,7 @@ def _flatten_value(ftype: Any, value: Any, path: str, out: dict[str, Any]) -> No
         if value and all(isinstance(v, dict) for v in value):
             for i, v in enumerate(value):
                 _flatten_value(args[i] if origin is tuple and len(args) > i and args[-1] is not Ellipsis else item_type,
-                               v, f"{path}.{i}", out)
+                               v, f"{path}.{i}", out, dropped)
             return
         out[path] = tuple(value) if origin is tuple else value
         return

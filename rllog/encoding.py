@@ -22,6 +22,7 @@ import math
 import numbers
 import os
 import reprlib
+import sys
 from typing import Any
 
 import msgspec
@@ -32,6 +33,8 @@ _NoneType = type(None)
 _FAST_TYPES = frozenset({float, int, str, bool, _NoneType})
 _NUMERIC = frozenset({float, int, bool})
 _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
+#: scalar types whose ``.item()`` always gives a valid plain value (numpy float32, int64...), learnt on first sight
+_ITEM: dict[type, Any] = {}
 _NAN = msgspec.Raw(b"NaN")
 _INF = msgspec.Raw(b"Infinity")
 _NINF = msgspec.Raw(b"-Infinity")
@@ -62,6 +65,17 @@ def scalar(value: Any, where: str) -> Any:
             raise TypeError(f"{where}: int {value} is outside the signed 64-bit range JSON readers "
                             "(pandas, msgspec) accept; log float(x) instead")
         return value
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(value, np.generic) and value.dtype.kind in "biuf":
+        dtype = value.dtype
+        if dtype.kind == "f" and dtype.itemsize <= 8:
+            _ITEM[t] = float  # every value of t is a plain float (NaN/inf handled later)
+        elif dtype.kind == "b":
+            _ITEM[t] = bool
+        elif dtype.kind == "i" or dtype.kind == "u" and dtype.itemsize < 8:
+            _ITEM[t] = int  # always within int64
+        out = value.item()  # the common numpy scalar: one C call
+        return scalar(out, where) if type(out) in _FAST_TYPES else float(out)  # float(): longdouble
     if isinstance(value, enum.Enum):
         return scalar(value.value, where)
     if isinstance(value, bool):
@@ -204,13 +218,15 @@ class MetricsEncoder:
 
     def _clean(self, step: int, metrics: dict[str, Any]) -> dict[str, Any]:
         out = {}
+        item = _ITEM.get
         for k, v in metrics.items():
             if type(k) is not str:
                 if isinstance(k, str):
                     k = str(k)
                 else:
                     raise TypeError(f"metric keys must be str, got {type(k).__name__} {k!r} at step {step}")
-            out[k] = scalar(v, f"metric {k!r} at step {step}")
+            convert = item(type(v))
+            out[k] = convert(v) if convert is not None else scalar(v, f"metric {k!r} at step {step}")
         return out
 
     def _encode_slow(self, step: int, metrics: dict[str, Any]) -> bytearray:

@@ -37,7 +37,7 @@ from typing import Any
 from rllog._jsonl import iter_lines, repair_torn_tail, row_step
 from rllog._rank import process_rank
 from rllog.checkpoints import CHECKPOINTS_FILE, ResumeState, last_checkpoint, read_checkpoints
-from rllog.encoding import MetricsEncoder, encode_json
+from rllog.encoding import MetricsEncoder, decode_json, encode_json
 from rllog.errors import StorageError
 from rllog.storage import LocalStorage, Storage, open_storage
 
@@ -57,9 +57,11 @@ class RunLogger:
         log_path: where the run lives; or a :class:`rllog.Storage`.
         config: a config to write to config.json at start (see :meth:`log_config`).
         resume: continue a run: find the last checkpoint record with ``resume_key``,
-            expose it as :attr:`resume_state`, and move metric rows with
-            ``step >= resume_state.batch`` (all rows when there is no checkpoint) to
-            ``metrics.superseded.jsonl`` so re-run steps do not stand twice.
+            expose it as :attr:`resume_state`, and move metric rows at or past
+            ``resume_state.batch`` (all rows when there is no checkpoint) to
+            ``metrics.superseded.jsonl`` so re-run steps do not stand twice. A row's
+            position is its ``progress/batch`` when it logs one (so a ``step`` that
+            counts samples or tokens works), else its ``step``.
         resume_key: the checkpoint key that holds the next batch (default ``"batch"``);
             metric steps are compared with it.
         strict_json: write NaN/±Infinity as ``null`` (strict JSON) instead of the
@@ -70,10 +72,18 @@ class RunLogger:
             ranks every method is a cheap no-op and :attr:`is_writer` is False.
         all_ranks: write from every rank (then give each rank its own ``log_path``).
         console: also print a one-line summary of each metrics row to stderr.
+        index: write ``index.html`` (charts of the main metrics, the stability doctor's
+            findings, links to every report; see ``rllog index``) at close, and set
+            :attr:`index_url`.
+        shared: join a run that another process is writing (e.g. a separate evaluation
+            process adding its reports): no lock, no start-up repair or resume; rows
+            are appended to the same files. Without it, opening a local run that
+            another live RunLogger holds raises RuntimeError.
         storage_options: passed to fsspec for URLs (``token=``, ``endpoint_url=``...).
 
     Raises:
         TypeError, ValueError: on a bad ``log_path`` or argument.
+        RuntimeError: another live process writes this (local) run and ``shared`` is not set.
         ImportError: when the URL's fsspec backend is missing (names the package).
     """
 
@@ -89,6 +99,8 @@ class RunLogger:
         rank: int | None = None,
         all_ranks: bool = False,
         console: bool = False,
+        shared: bool = False,
+        index: bool = True,
         _worker: bool = False,
         **storage_options: Any,
     ) -> None:
@@ -103,6 +115,7 @@ class RunLogger:
         self._owns_storage = isinstance(log_path, (str, os.PathLike))
         self._closed = False
         self._warned: set[str] = set()
+        self._written: set[tuple[str, Any, str | None]] = set()  # iteration artifacts written by this logger
         self._pending: list[bytes] = []  # rows the backend refused, retried in order
         self._pending_offset = 0  # bytes of _pending[0] already written
         self._unwritten_rollouts: dict[str, bytes] = {}  # rollout summary files the backend refused
@@ -117,19 +130,21 @@ class RunLogger:
         self.storage = open_storage(log_path, **storage_options)
         self.log_path = self.storage.url
         self._run_lock: int | None = None
+        if shared:
+            _worker = True
+        self._worker = _worker
+        self._index = index
+        self.index_url: str | None = None
         if not _worker:
             holder = self._lock_run()
             if holder is None:
                 self._start(resume)
-            elif resume:
+            elif resume or not shared:
                 raise RuntimeError(
-                    f"cannot resume {self.log_path}: process {holder} is still writing it "
-                    "(it holds .rllog.lock); stop it first, or log to another path"
-                )
-            else:
-                self._note(
-                    f"process {holder} is also writing {self.log_path}; rows are appended to the same "
-                    "files, and the start-up repair of torn lines is left to that process"
+                    f"{self.log_path} is being written by process {holder} (it holds .rllog.lock): "
+                    f"{'a resume' if resume else 'a second run'} there would mix both processes' rows. Stop "
+                    "that process first (a requeued job whose old copy still runs), log to another path, or "
+                    "pass shared=True to add this process's rows and reports to the same run on purpose"
                 )
         self._fd = self.storage.append_fd(METRICS_FILE) if isinstance(self.storage, LocalStorage) else None
         if config is not None:
@@ -201,7 +216,7 @@ class RunLogger:
         keep, moved = [], []
         for lineno, line in iter_lines(data):
             try:
-                step = row_step(line)
+                step = _resume_position(line)
             except ValueError:
                 self._note(f"{storage.url}/{METRICS_FILE} line {lineno}: not JSON; kept in place")
                 step = None
@@ -304,6 +319,20 @@ class RunLogger:
             f"could not write to {self.log_path}/{METRICS_FILE}: {exc}. Training goes on; "
             f"{len(self._pending)} row(s) are kept in memory and retried on the next call.",
         )
+
+    def _check_rewrite(self, what: str, iteration: Any, eval_name: str | None) -> None:
+        """Warn (once per kind) when this logger writes an iteration's artifact a second time:
+        the new file replaces the old one, which is right after a resume but is usually a
+        bug (a wrong iteration number) within one run."""
+        key = (what, iteration, eval_name)
+        if key in self._written:
+            split = "train" if eval_name is None else f"evaluator {eval_name!r}"
+            self._warn_once(
+                f"rewrite:{what}",
+                f"iteration {iteration}'s {what} ({split}) was already written by this logger; the new "
+                "file replaces it. Pass each iteration its own number.",
+            )
+        self._written.add(key)
 
     def _warn_once(self, kind: str, message: str) -> None:
         """Warn once per ``kind`` (later failures of that kind are counted silently)."""
@@ -452,6 +481,7 @@ class RunLogger:
         """
         if not self.is_writer:
             return contextlib.nullcontext()
+        self._check_rewrite("report", iteration, None)
         from rllog.logtree import iteration_trace
 
         return iteration_trace(
@@ -469,6 +499,7 @@ class RunLogger:
         """
         if not self.is_writer:
             return contextlib.nullcontext()
+        self._check_rewrite("report", iteration, name)
         from rllog.logtree import iteration_trace
 
         return iteration_trace(
@@ -510,6 +541,7 @@ class RunLogger:
             return
         from rllog.rollouts import encode_rollouts
 
+        self._check_rewrite("rollout summaries file", iteration, eval_name)
         name, _, data = encode_rollouts(
             iteration, groups, split=split, eval_name=eval_name, tags=tags,
             sampling_client_step=sampling_client_step, strict_json=self.strict_json,
@@ -557,6 +589,8 @@ class RunLogger:
         if self._diff_thread is not None:
             self._diff_thread.join(timeout=30)
         self.flush(durable=True)
+        if self._index and not self._worker:
+            self._write_index()
         self._closed = True
         if self._unwritten_rollouts and not self._write_rollout_files():
             what = f"{len(self._unwritten_rollouts)} rollout summary file(s) could not be written to {self.log_path}"
@@ -584,6 +618,17 @@ class RunLogger:
         if self._run_lock is not None:
             os.close(self._run_lock)  # releases the flock
             self._run_lock = None
+
+    def _write_index(self) -> None:
+        """Write index.html (charts, doctor findings, report links) for the run as it now is."""
+        if not self.storage.exists(METRICS_FILE):
+            return
+        from rllog.index import write_index
+
+        try:
+            self.index_url, _findings = write_index(self.storage)
+        except Exception as exc:  # the run's data is safe; the page is a convenience
+            self._warn_once("index", f"could not write index.html for {self.log_path}: {type(exc).__name__}: {exc}")
 
     def _rescue(self) -> None:
         """Save rows the backend never took to a local temp file, else print them to stderr."""
@@ -621,6 +666,17 @@ class RunLogger:
         """Pickles as configuration: a worker gets a logger for the same run that writes
         its own artifacts (and can append rows) but does not redo start-of-run work."""
         return (_worker_logger, (self.log_path, self.strict_json, self._storage_options))
+
+
+def _resume_position(line: bytes) -> Any:
+    """Where a metrics row stands in the loop: its ``progress/batch`` when it has a number
+    there (the loop's batch index, what checkpoint ``batch`` counts), else its ``step``."""
+    if b'"progress/batch"' in line:
+        row = decode_json(line)
+        value = row.get("progress/batch") if isinstance(row, dict) else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return value
+    return row_step(line)
 
 
 def _timestamped(stem: str, suffix: str, storage: Storage) -> str:

@@ -75,7 +75,8 @@ def test_chz_config_written_readably_and_rebuilt(tmp_path: Path) -> None:
         "hf_token": REDACTED,
     }
     assert text.startswith('{\n  "model_name"')  # indented
-    rebuilt = load_config(tmp_path, TrainConfig)
+    with pytest.warns(RuntimeWarning, match="hf_token, wandb_api_key came back as '<redacted>'"):
+        rebuilt = load_config(tmp_path, TrainConfig)
     assert rebuilt == chz.replace(cfg, wandb_api_key=REDACTED, hf_token=REDACTED)
     assert rebuilt.optim.loss_fn is Loss.IMPORTANCE_SAMPLING and isinstance(rebuilt.log_path, pathlib.Path)
 
@@ -99,6 +100,27 @@ class NestedConfig:
     anything: object = None
     stop: str | None = None
     pair: tuple[int, str] = (1, "a")
+
+
+@chz.chz
+class Renamed:
+    learning_rate: float = 1e-3
+
+
+def test_load_config_says_what_the_class_has_no_field_for(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text('{"lr": 0.5, "optim": {"beta": 0.9}}')
+    with pytest.warns(RuntimeWarning, match="no field for, left out .*: lr, optim"):
+        assert load_config(tmp_path, Renamed) == Renamed()
+
+
+def test_secrets_in_urls_and_under_secret_names_cycles_are_marked() -> None:
+    config: dict = {"db_url": "postgres://admin:s3cret@db:5432/x", "credentials": {"user": "u", "pass": "p", "n": 3},
+                    "mirror": "https://host/x"}
+    config["self"] = config
+    out = config_to_dict(config)
+    assert out["db_url"] == f"postgres://admin:{REDACTED}@db:5432/x" and out["mirror"] == "https://host/x"
+    assert out["credentials"] == {"user": REDACTED, "pass": REDACTED, "n": 3}
+    assert out["self"] == "<cycle: this dict contains itself>"
 
 
 def test_nested_and_polymorphic_chz_configs_are_rebuilt(tmp_path: Path) -> None:
@@ -253,7 +275,10 @@ def test_code_diff_outside_git_says_so(tmp_path: Path) -> None:
         RunLogger({str(run)!r}).close()
     """, tmp_path, env={"GIT_CEILING_DIRECTORIES": str(tmp_path.parent)})
     assert out.returncode == 0, out.stderr
-    assert (run / "code.diff").read_text() == f"# rllog code.diff: {tmp_path} is not in a git repository; no code state recorded\n"
+    text = (run / "code.diff").read_text()
+    assert text.startswith(f"# rllog code.diff: {tmp_path} is not in a git repository; no code state recorded\n# host: ")
+    assert f"# command: {sys.executable} {tmp_path / 'train.py'}\n" in text
+    assert f"# working directory: {tmp_path}\n" in text and "\n# started: 20" in text
 
 
 def test_code_diff_is_bounded(tmp_path: Path) -> None:
@@ -356,17 +381,19 @@ def test_a_second_logger_never_rewrites_files_a_live_writer_appends_to(tmp_path:
     assert proc.stdout.readline().strip() == "ready" and proc.stdout.readline().strip() == "half"
     with open(tmp_path / "metrics.jsonl", "ab") as f:
         f.write(b'{"step":')  # a torn tail as if a writer were caught mid-row
-    with pytest.warns(RuntimeWarning, match=r"process \d+ is also writing"):
-        second = RunLogger(tmp_path, code_diff=False)
-    with pytest.raises(RuntimeError, match=r"cannot resume .* process \d+ is still writing"):
+    with pytest.raises(RuntimeError, match=r"being written by process \d+ .* a second run there would mix"):
+        RunLogger(tmp_path, code_diff=False)
+    with pytest.raises(RuntimeError, match=r"being written by process \d+ .* a resume there would mix"):
         RunLogger(tmp_path, resume=True, code_diff=False)
-    second.close()
+    with RunLogger(tmp_path, code_diff=False, shared=True) as second:  # on purpose: joins, repairs nothing
+        second.log_metrics(99999, {"from": "second"})
     proc.stdin.write("go\n")
     proc.stdin.close()
     assert proc.wait(timeout=60) == 0
     data = (tmp_path / "metrics.jsonl").read_bytes()
     assert not (tmp_path / "metrics.jsonl.torn").exists()  # the live file was not repaired under the writer
     assert data.count(b'"pad"') == 20000  # every row of the first writer is in the file
+    assert data.count(b'{"step":99999,"from":"second"}\n') == 1
 
 
 def test_resume_moves_rerun_steps_aside_and_keeps_them(tmp_path: Path) -> None:
@@ -384,6 +411,18 @@ def test_resume_moves_rerun_steps_aside_and_keeps_them(tmp_path: Path) -> None:
     steps = [r["step"] for r in rows(tmp_path / "metrics.jsonl")]
     assert steps == list(range(12))
     assert (tmp_path / "metrics.superseded.jsonl").read_bytes().splitlines(keepends=True) == before[6:]
+
+
+def test_resume_compares_progress_batch_when_step_counts_something_else(tmp_path: Path) -> None:
+    with RunLogger(tmp_path, code_diff=False) as logger:
+        for i in range(8):
+            logger.log_metrics(i * 128, {"progress/batch": i, "samples": i * 128})  # step = samples seen
+            if i == 5:
+                logger.log_checkpoint("000006", batch=6)
+    with RunLogger(tmp_path, resume=True, code_diff=False):
+        pass
+    assert [r["progress/batch"] for r in rows(tmp_path / "metrics.jsonl")] == [0, 1, 2, 3, 4, 5]
+    assert [r["progress/batch"] for r in rows(tmp_path / "metrics.superseded.jsonl")] == [6, 7]
 
 
 def test_resume_without_checkpoint_starts_over_keeping_old_rows(tmp_path: Path) -> None:
@@ -450,6 +489,26 @@ def test_only_rank_zero_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("LOCAL_RANK", "3")
     assert RunLogger(tmp_path / "r0", code_diff=False).is_writer
+    monkeypatch.delenv("RANK")
+    for var in ("SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
+        monkeypatch.setenv(var, "2")
+        assert not RunLogger(tmp_path / var, code_diff=False).is_writer, var
+        monkeypatch.delenv(var)
+
+
+def test_writing_an_iteration_twice_warns_once(tmp_path: Path) -> None:
+    groups = [[{"steps": [{"reward": 1.0, "ob_len": 1, "ac_len": 1}]}]]
+    with RunLogger(tmp_path, code_diff=False) as logger:
+        logger.log_rollouts(0, groups)
+        logger.log_rollouts(0, groups, eval_name="test")  # another split: fine
+        with pytest.warns(RuntimeWarning, match="iteration 0's rollout summaries file \\(train\\) was already written"):
+            logger.log_rollouts(0, groups)
+        with logger.iteration(1):
+            pass
+        with pytest.warns(RuntimeWarning, match="iteration 1's report \\(train\\) was already written"):
+            with logger.iteration(1):
+                pass
+    assert len(logger.warnings) == 2
 
 
 def test_logger_pickles_as_configuration(tmp_path: Path) -> None:
@@ -493,7 +552,7 @@ def test_full_disk_never_kills_the_loop_and_says_what_was_not_written(tmp_path: 
     """, tmp_path)
     assert out.returncode == 0, out.stderr
     msgs = json.loads(out.stdout.strip().splitlines()[-1])
-    failures = [m for m in msgs if "could not write" in m]
+    failures = [m for m in msgs if "could not write to" in m]
     assert len(failures) == 1 and "Training goes on" in failures[0]  # warned once, not once per row
     data = (tmp_path / "run" / "metrics.jsonl").read_bytes()
     complete, _, torn = data.rpartition(b"\n")  # the row cut by the limit is a torn last line

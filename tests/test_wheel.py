@@ -55,6 +55,6 @@ def test_wheel_in_fresh_venv_imports_and_runs_the_demo(wheel: Path, tmp_path: Pa
     demo = subprocess.run([str(venv / "bin" / "rllog"), "demo", str(run), "--iterations", "6"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
     assert demo.returncode == 0, demo.stderr
-    assert "Done. The run's files are in" in demo.stderr
+    assert "Done. The run's files are in" in demo.stdout and "index.html" in demo.stdout
     assert len((run / "metrics.jsonl").read_text().splitlines()) == 6
     assert any(run.glob("train_iteration_000000*.html")), sorted(p.name for p in run.iterdir())
