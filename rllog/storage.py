@@ -276,6 +276,8 @@ class FsspecStorage:
         with self._lock:
             self._staged.pop(name, None)
         try:
+            if not self.fs.isfile(self._path(name)):  # S3 deletes of missing keys succeed
+                raise FileNotFoundError(name)
             self.fs.rm_file(self._path(name))
         except FileNotFoundError:
             raise FileNotFoundError(f"no such file: {self.url}/{name}") from None
