@@ -22,12 +22,14 @@ def main() -> None:
 @click.option("--iterations", type=click.IntRange(min=1), default=40, show_default=True, help="Training iterations (batches).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed of the policy and the prompts.")
 @click.option("--save-every", type=click.IntRange(min=1), default=5, show_default=True, help="Checkpoint every N iterations.")
+@click.option("--iteration-delay", type=click.FloatRange(min=0), default=0.0, help="Seconds to sleep per iteration, to watch the run live (e.g. with `rllog tail -f`).")
 @click.option("--quiet", is_flag=True, help="Print no progress lines.")
-def demo(log_path: str, resume: bool, iterations: int, seed: int, save_every: int, quiet: bool) -> None:
+def demo(log_path: str, resume: bool, iterations: int, seed: int, save_every: int, iteration_delay: float, quiet: bool) -> None:
     """Run a small real RL training loop (arithmetic, GRPO-style) that logs to LOG_PATH.
 
     LOG_PATH is a folder or a URL (gs://, s3://, memory://). No GPU, no downloads.
     """
     from rllog._demo import DemoConfig, run_demo
 
-    run_demo(DemoConfig(log_path=log_path, n_batches=iterations, seed=seed, save_every=save_every), resume=resume, quiet=quiet)
+    cfg = DemoConfig(log_path=log_path, n_batches=iterations, seed=seed, save_every=save_every, iteration_delay=iteration_delay)
+    run_demo(cfg, resume=resume, quiet=quiet)

@@ -26,7 +26,7 @@ __all__ = ["MetricsEncoder", "encode_json", "decode_json", "to_jsonable", "scala
 
 _NoneType = type(None)
 _FAST_TYPES = frozenset({float, int, str, bool, _NoneType})
-_STR = frozenset({str})
+_NUMERIC = frozenset({float, int, bool})
 _NAN = msgspec.Raw(b"NaN")
 _INF = msgspec.Raw(b"Infinity")
 _NINF = msgspec.Raw(b"-Infinity")
@@ -122,10 +122,28 @@ class MetricsEncoder:
         if type(metrics) is not dict:
             if not isinstance(metrics, dict):
                 raise TypeError(f"metrics at step {step} must be a dict of str to scalars, got {type(metrics).__name__}")
-        if not _FAST_TYPES.issuperset(map(type, metrics.values())) or not _STR.issuperset(map(type, metrics)):
+        values = metrics.values()
+        types = set(map(type, values))
+        try:
+            "".join(metrics)  # raises TypeError on a non-str key, at C speed
+        except TypeError:
+            types = set()
+        if not types <= _FAST_TYPES or not types:
             metrics = self._clean(step, metrics)
+            values = metrics.values()
+            types = set(map(type, values))
         if "step" in metrics:
             raise ValueError(f"metrics at step {step} has a key 'step'; the step is the first argument of log_metrics")
+        # non-finite floats: msgspec would write null. For all-numeric rows one C-level sum
+        # tells (x - x is 0.0 only for finite x); other rows are scanned.
+        if types <= _NUMERIC:
+            total = sum(values)
+            nonfinite = total - total != 0
+        else:
+            nonfinite = any(type(v) is float and v - v != 0 for v in values)
+        source = metrics
+        if nonfinite:
+            metrics = self._tokens(metrics)
         prefix = b'{"step":%d' % step
         plen = len(prefix)
         buf = self._buf
@@ -135,9 +153,7 @@ class MetricsEncoder:
         try:
             self._encode_into(metrics, buf, plen)
         except UnicodeEncodeError:
-            return self._encode_slow(step, metrics)
-        if b"null" in buf and any(type(v) is float and not math.isfinite(v) for v in metrics.values()):
-            self._encode_into(self._tokens(metrics), buf, plen)
+            return self._encode_slow(step, source)
         buf[:plen] = prefix
         buf[plen] = 0x2C  # the metrics object's "{" becomes the "," after the step
         buf.append(0x0A)
@@ -145,7 +161,7 @@ class MetricsEncoder:
 
     def _tokens(self, metrics: dict[str, Any]) -> dict[str, Any]:
         strict = self.strict_json
-        return {k: (_nonfinite_token(v, strict) if type(v) is float and not math.isfinite(v) else v) for k, v in metrics.items()}
+        return {k: (_nonfinite_token(v, strict) if type(v) is float and v - v != 0 else v) for k, v in metrics.items()}
 
     def _clean(self, step: int, metrics: dict[str, Any]) -> dict[str, Any]:
         out = {}
@@ -170,6 +186,8 @@ class MetricsEncoder:
 
 
 def _check_step(step: Any) -> int:
+    if isinstance(step, dict):
+        raise TypeError("step must be an int, got a dict: log_metrics takes (step, metrics), step first")
     if isinstance(step, bool) or not isinstance(step, numbers.Integral):
         item = getattr(step, "item", None)
         value = item() if callable(item) else None

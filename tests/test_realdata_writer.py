@@ -1,0 +1,103 @@
+"""The writer's own resume and torn-line code on the real tinker runs in shared/realdata."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from rllog import RunLogger, load_config
+
+REALDATA = Path(__file__).resolve().parents[1].parent / "shared" / "realdata"
+pytestmark = pytest.mark.skipif(not REALDATA.is_dir(), reason=f"real data folder {REALDATA} is not there")
+
+
+def tinker_runs() -> list[tuple[str, Path, Path | None, Path | None]]:
+    """(id, metrics, checkpoints or None, config or None) for every tinker metrics file."""
+    out = []
+    for metrics in sorted((REALDATA / "tinker").rglob("*metrics.jsonl")):
+        prefix = metrics.name[: -len("metrics.jsonl")]
+        ckpt = metrics.with_name(prefix + "checkpoints.jsonl")
+        config = metrics.with_name(prefix + "config.json")
+        out.append((str(metrics.relative_to(REALDATA)), metrics, ckpt if ckpt.exists() else None,
+                    config if config.exists() else None))
+    return out
+
+
+RUNS = tinker_runs() if REALDATA.is_dir() else []
+
+
+def test_all_tinker_files_are_covered() -> None:
+    assert len(RUNS) == 15  # 1 + 4 + 5 + 2 + 3 metrics files (SOURCES.md)
+
+
+@pytest.mark.parametrize("case", RUNS, ids=[r[0] for r in RUNS])
+def test_resume_on_real_run(tmp_path: Path, case: tuple) -> None:
+    _, metrics, ckpt, config = case
+    shutil.copyfile(metrics, tmp_path / "metrics.jsonl")
+    if ckpt:
+        shutil.copyfile(ckpt, tmp_path / "checkpoints.jsonl")
+    if config:
+        shutil.copyfile(config, tmp_path / "config.json")
+    lines = metrics.read_bytes().splitlines(keepends=True)
+    records = [json.loads(line) for line in ckpt.read_text().splitlines()] if ckpt else []
+    with_batch = [r for r in records if isinstance(r.get("batch"), int)]
+    point = with_batch[-1]["batch"] if with_batch else 0
+
+    with RunLogger(tmp_path, resume=True, code_diff=False) as logger:
+        if with_batch:
+            assert logger.resume_state.record == with_batch[-1]
+            assert logger.resume_state.batch == point
+        else:
+            assert logger.resume_state is None
+        kept_steps = [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_bytes().splitlines()]
+        logger.log_metrics(point, {"resumed": True})
+
+    keep = [line for line in lines if json.loads(line)["step"] < point]
+    moved = [line for line in lines if json.loads(line)["step"] >= point]
+    assert all(s < point for s in kept_steps) and len(kept_steps) == len(keep)
+    after = (tmp_path / "metrics.jsonl").read_bytes()
+    assert after == b"".join(keep) + f'{{"step":{point},"resumed":true}}\n'.encode()
+    side = tmp_path / "metrics.superseded.jsonl"
+    assert (side.read_bytes() if side.exists() else b"") == b"".join(moved)  # byte for byte, in order
+    if config:
+        assert load_config(tmp_path) == json.loads(config.read_text())
+
+
+def test_restarts_appended_in_one_file_resume_from_the_last_record(tmp_path: Path) -> None:
+    """astOwOlfo: 21 checkpoint rows from 15 sessions, the last at batch 1; steps run 0,0,0,0,1,0.
+
+    The step-1 row is moved aside; the five step-0 rows of earlier sessions stay (the
+    reader resolves them: the latest segment wins)."""
+    src = REALDATA / "tinker/astOwOlfo__tinker-cookbook-reward-hacking/tmp/tinker-runs/bash_codeforces"
+    for name in ("metrics.jsonl", "checkpoints.jsonl", "config.json"):
+        shutil.copyfile(src / name, tmp_path / name)
+    with RunLogger(tmp_path, resume=True, code_diff=False) as logger:
+        assert logger.resume_state.name == "000001" and logger.resume_state.batch == 1
+        assert logger.resume_state.state_path is None and logger.resume_state.sampler_path.startswith("tinker://30d5e6ac")
+    lines = (src / "metrics.jsonl").read_bytes().splitlines(keepends=True)
+    assert (tmp_path / "metrics.jsonl").read_bytes() == b"".join(lines[:4] + lines[5:])
+    assert (tmp_path / "metrics.superseded.jsonl").read_bytes() == lines[4]
+
+
+def test_sft_epoch_checkpoints_resume_by_epoch(tmp_path: Path) -> None:
+    """bzz exp1: batch is the index within the epoch (10, 9, 0): the last record wins."""
+    src = REALDATA / "tinker/bzz__tinker-cookbook/data/context_distillation/logs/exp1_off_policy"
+    shutil.copyfile(src / "checkpoints.jsonl", tmp_path / "checkpoints.jsonl")
+    with RunLogger(tmp_path, resume=True, code_diff=False) as logger:
+        assert (logger.resume_state.name, logger.resume_state.batch, logger.resume_state.epoch) == ("final", 0, 4)
+
+
+def test_torn_copy_of_a_real_file_is_repaired(tmp_path: Path) -> None:
+    src = REALDATA / "tinker/arvindcr4__tinker-rl-lab/experiments/results/arithmetic_metrics.jsonl"
+    data = src.read_bytes()
+    cut = len(data) - 300  # inside the last row
+    (tmp_path / "metrics.jsonl").write_bytes(data[:cut])
+    with pytest.warns(RuntimeWarning, match="torn last line"):
+        with RunLogger(tmp_path, code_diff=False) as logger:
+            logger.log_metrics(99, {"again": 1})
+    lines = (tmp_path / "metrics.jsonl").read_bytes().splitlines()
+    assert len(lines) == 100 and json.loads(lines[-1]) == {"step": 99, "again": 1}
+    assert (tmp_path / "metrics.jsonl.torn").read_bytes() == data[data.rfind(b"\n", 0, cut) + 1 : cut] + b"\n"

@@ -1,0 +1,364 @@
+"""RunLogger: config.json, code.diff, checkpoints, resume, torn lines, ranks, failures."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import enum
+import json
+import os
+import pathlib
+import pickle
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import chz
+import pytest
+
+import rllog
+from rllog import RunLogger, load_config
+from rllog.config import REDACTED, config_to_dict
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+# -- config.json ---------------------------------------------------------------------
+
+
+class Loss(enum.Enum):
+    PPO = "ppo"
+    IMPORTANCE_SAMPLING = "importance_sampling"
+
+
+def reward_fn(x: float) -> float:
+    return x
+
+
+@chz.chz
+class Optim:
+    learning_rate: float = 1e-4
+    loss_fn: Loss = Loss.PPO
+
+
+@chz.chz
+class TrainConfig:
+    model_name: str
+    optim: Optim
+    log_path: pathlib.Path = pathlib.Path("/tmp/run")
+    tags: tuple[str, ...] = ()
+    max_tokens: int = 2048
+    wandb_api_key: str = "sk-secret"
+    hf_token: str | None = None
+
+
+def test_chz_config_written_readably_and_rebuilt(tmp_path: Path) -> None:
+    cfg = TrainConfig(model_name="Qwen/Qwen3-4B", optim=Optim(learning_rate=3e-5, loss_fn=Loss.IMPORTANCE_SAMPLING),
+                      tags=("a", "b"), hf_token="hf_xyz")
+    with RunLogger(tmp_path, config=cfg, code_diff=False):
+        pass
+    text = (tmp_path / "config.json").read_text()
+    assert "sk-secret" not in text and "hf_xyz" not in text
+    data = json.loads(text)
+    assert data == {
+        "model_name": "Qwen/Qwen3-4B",
+        "optim": {"learning_rate": 3e-5, "loss_fn": "IMPORTANCE_SAMPLING"},
+        "log_path": "/tmp/run",
+        "tags": ["a", "b"],
+        "max_tokens": 2048,
+        "wandb_api_key": REDACTED,
+        "hf_token": REDACTED,
+    }
+    assert text.startswith('{\n  "model_name"')  # indented
+    rebuilt = load_config(tmp_path, TrainConfig)
+    assert rebuilt == chz.replace(cfg, wandb_api_key=REDACTED, hf_token=REDACTED)
+    assert rebuilt.optim.loss_fn is Loss.IMPORTANCE_SAMPLING and isinstance(rebuilt.log_path, pathlib.Path)
+
+
+@dataclasses.dataclass
+class DC:
+    lr: float
+    fn: object
+    cls: type
+    path: pathlib.Path
+    password: str
+    nested: dict
+
+
+def test_other_config_kinds_never_raise_on_odd_values() -> None:
+    import pydantic
+
+    class PM(pydantic.BaseModel):
+        lr: float = 0.1
+        openai_api_key: str = "sk-x"
+        num_tokens: int = 5
+
+    got = config_to_dict(DC(lr=0.5, fn=reward_fn, cls=Optim, path=Path("/x"), password="p", nested={"s": {1, 2}, "b": b"\x00"}))
+    assert got == {
+        "lr": 0.5,
+        "fn": f"{reward_fn.__module__}:reward_fn",
+        "cls": f"{Optim.__module__}:Optim",
+        "path": "/x",
+        "password": REDACTED,
+        "nested": {"s": [1, 2], "b": "<1 bytes>"},
+    }
+    assert config_to_dict(PM()) == {"lr": 0.1, "openai_api_key": REDACTED, "num_tokens": 5}
+    ns = argparse.Namespace(lr=1.0, token="abc", max_tokens=10, fn=len, loss=Loss.PPO)
+    assert config_to_dict(ns) == {"lr": 1.0, "token": REDACTED, "max_tokens": 10, "fn": "builtins:len", "loss": "PPO"}
+    assert config_to_dict({"a": float("nan"), "lam": lambda x: x})["lam"].endswith("<lambda>")
+    with pytest.raises(rllog.ConfigError, match="got list"):
+        config_to_dict([1, 2])
+
+
+def test_changed_config_keeps_the_old_file(tmp_path: Path) -> None:
+    with RunLogger(tmp_path, config={"lr": 1}, code_diff=False) as logger:
+        logger.log_config({"lr": 1})
+        assert sorted(p.name for p in tmp_path.glob("config*.json")) == ["config.json"]
+        logger.log_config({"lr": 2})
+    names = sorted(p.name for p in tmp_path.glob("config*.json"))
+    assert len(names) == 2 and json.loads((tmp_path / "config.json").read_text()) == {"lr": 2}
+    old = next(n for n in names if n != "config.json")
+    assert json.loads((tmp_path / old).read_text()) == {"lr": 1}
+
+
+# -- code.diff -------------------------------------------------------------------------
+
+
+def run_script(script: str, cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    path = cwd / "train.py"
+    path.write_text(textwrap.dedent(script))
+    return subprocess.run([sys.executable, str(path), *args], cwd=cwd, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
+
+
+def test_code_diff_has_commit_diff_and_untracked_files(tmp_path: Path) -> None:
+    repo = tmp_path / "proj"
+    repo.mkdir()
+    git = lambda *a: subprocess.run(["git", *a], cwd=repo, check=True, capture_output=True)  # noqa: E731
+    git("init", "-q", "-b", "main")
+    git("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "--allow-empty", "-m", "init")
+    (repo / "model.py").write_text("x = 1\n")
+    git("add", "model.py")
+    git("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "-m", "model")
+    (repo / "model.py").write_text("x = 2\n")  # unstaged
+    (repo / "staged.py").write_text("y = 1\n")
+    git("add", "staged.py")
+    (repo / "scratch.txt").write_text("notes\n")  # untracked
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    run = tmp_path / "run"
+    out = run_script(f"""
+        from rllog import RunLogger
+        with RunLogger({str(run)!r}) as logger:
+            logger.log_metrics(0, {{"a": 1}})
+    """, repo)
+    assert out.returncode == 0, out.stderr
+    diff = (run / "code.diff").read_text()
+    assert f"# commit: {commit} (branch main)" in diff
+    assert "-x = 1\n+x = 2" in diff and "+y = 1" in diff
+    assert "# untracked files (2):\n#   scratch.txt\n#   train.py" in diff
+
+
+def test_code_diff_outside_git_says_so(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    out = run_script(f"""
+        from rllog import RunLogger
+        RunLogger({str(run)!r}).close()
+    """, tmp_path, env={"GIT_CEILING_DIRECTORIES": str(tmp_path.parent)})
+    assert out.returncode == 0, out.stderr
+    assert (run / "code.diff").read_text() == f"# rllog code.diff: {tmp_path} is not in a git repository; no code state recorded\n"
+
+
+def test_code_diff_is_bounded(tmp_path: Path) -> None:
+    from rllog._codediff import code_diff
+
+    repo = tmp_path / "big"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    (repo / "f.txt").write_text("a\n" * 10)
+    subprocess.run(["git", "add", "."], cwd=repo, check=True)
+    subprocess.run(["git", "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "x"], cwd=repo, check=True)
+    (repo / "f.txt").write_text("b\n" * 100_000)
+    data = code_diff(repo, max_bytes=10_000)
+    assert 10_000 <= len(data) < 10_200 and b"# rllog: diff cut at 10000 bytes;" in data
+
+
+# -- checkpoints and resume ------------------------------------------------------------
+
+
+def test_checkpoint_records_and_loop_state_round_trip(tmp_path: Path) -> None:
+    import numpy as np
+
+    with RunLogger(tmp_path, code_diff=False) as logger:
+        for i in range(7):
+            logger.log_metrics(i, {"progress/batch": i})
+            if i in (2, 5):
+                logger.log_checkpoint(f"{i + 1:06d}", batch=i + 1, state_path=f"tinker://x/{i + 1}",
+                                      sampler_path="s", epoch=0, lr=np.float64(1e-4), data_order=[3, 1, 2], extra={"k": "v"})
+        logger.log_checkpoint("final", batch=7, final=True)
+    records = rows(tmp_path / "checkpoints.jsonl")
+    assert records[0] == {"name": "000003", "batch": 3, "epoch": 0, "state_path": "tinker://x/3", "sampler_path": "s",
+                          "lr": 1e-4, "data_order": [3, 1, 2], "extra": {"k": "v"}}
+    assert records[2] == {"name": "final", "batch": 7, "final": True}
+    with RunLogger(tmp_path, resume=True, code_diff=False) as logger:
+        state = logger.resume_state
+    assert state.name == "final" and state.batch == 7 and state.final is True and state.loop_state == {}
+    with pytest.raises(TypeError, match="'bad'"):
+        RunLogger(tmp_path / "x", code_diff=False).log_checkpoint("c", batch=1, bad=object())
+    with pytest.raises(TypeError, match="batch must be an int"):
+        RunLogger(tmp_path / "y", code_diff=False).log_checkpoint("c", batch="3")
+
+
+def test_resume_moves_rerun_steps_aside_and_keeps_them(tmp_path: Path) -> None:
+    with RunLogger(tmp_path, code_diff=False) as logger:
+        for i in range(10):
+            logger.log_metrics(i, {"r": i / 10})
+            if i == 5:
+                logger.log_checkpoint("000006", batch=6, state_path="p6", data_seed=42)
+    before = (tmp_path / "metrics.jsonl").read_bytes().splitlines(keepends=True)
+    with RunLogger(tmp_path, resume=True, code_diff=False) as logger:
+        assert logger.resume_state.batch == 6 and logger.resume_state["data_seed"] == 42
+        assert logger.resume_state.loop_state == {"data_seed": 42}
+        for i in range(6, 12):
+            logger.log_metrics(i, {"r": 1.0})
+    steps = [r["step"] for r in rows(tmp_path / "metrics.jsonl")]
+    assert steps == list(range(12))
+    assert (tmp_path / "metrics.superseded.jsonl").read_bytes().splitlines(keepends=True) == before[6:]
+
+
+def test_resume_without_checkpoint_starts_over_keeping_old_rows(tmp_path: Path) -> None:
+    with RunLogger(tmp_path, code_diff=False) as logger:
+        for i in range(3):
+            logger.log_metrics(i, {"r": i})
+    old = (tmp_path / "metrics.jsonl").read_bytes()
+    with RunLogger(tmp_path, resume=True, code_diff=False) as logger:
+        assert logger.resume_state is None
+        logger.log_metrics(0, {"r": 9})
+    assert (tmp_path / "metrics.jsonl").read_bytes() == b'{"step":0,"r":9}\n'
+    assert (tmp_path / "metrics.superseded.jsonl").read_bytes() == old
+
+
+def test_resume_finds_last_record_with_the_key(tmp_path: Path) -> None:
+    (tmp_path / "checkpoints.jsonl").write_text(
+        '{"name": "000010", "batch": 10}\n{"name": "sampler-only"}\n{"name": "weird", "batch": "x"}\n'
+    )
+    with RunLogger(tmp_path, resume=True, code_diff=False) as logger:
+        assert logger.resume_state.name == "000010"
+    (tmp_path / "checkpoints.jsonl").write_text('{"name": "e", "epoch": 3, "batch": 1}\n')
+    with RunLogger(tmp_path, resume=True, resume_key="epoch", code_diff=False) as logger:
+        assert logger.resume_state.batch == 3
+
+
+@pytest.mark.parametrize(
+    "content, kept, torn",
+    [
+        (b'{"step":0,"a":1}\n{"step":1,"a":', b'{"step":0,"a":1}\n', b'{"step":1,"a":\n'),
+        (b'{"step":0,"a":1}\n{"step":1,"a":2}', b'{"step":0,"a":1}\n{"step":1,"a":2}\n', None),
+        (b'{"st', b"", b'{"st\n'),
+        (b'{"step":0}\n\xff\xfe', b'{"step":0}\n', b"\xff\xfe\n"),
+    ],
+)
+def test_torn_last_line_is_moved_aside_and_new_rows_start_fresh(tmp_path: Path, content: bytes, kept: bytes, torn: bytes | None) -> None:
+    (tmp_path / "metrics.jsonl").write_bytes(content)
+    (tmp_path / "checkpoints.jsonl").write_bytes(b'{"name": "a", "batch": 0}\n{"name": "b", "ba')
+    with pytest.warns(RuntimeWarning, match="torn last line|no newline"):
+        with RunLogger(tmp_path, code_diff=False) as logger:
+            logger.log_metrics(7, {"a": 7})
+            logger.log_checkpoint("c", batch=8)
+    assert (tmp_path / "metrics.jsonl").read_bytes() == kept + b'{"step":7,"a":7}\n'
+    assert (tmp_path / "checkpoints.jsonl").read_bytes() == b'{"name": "a", "batch": 0}\n{"name":"c","batch":8}\n'
+    assert (tmp_path / "checkpoints.jsonl.torn").read_bytes() == b'{"name": "b", "ba\n'
+    if torn is None:
+        assert not (tmp_path / "metrics.jsonl.torn").exists()
+    else:
+        assert (tmp_path / "metrics.jsonl.torn").read_bytes() == torn
+
+
+# -- ranks, pickling, errors ---------------------------------------------------------------
+
+
+def test_only_rank_zero_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RANK", "1")
+    with RunLogger(tmp_path / "r1", config={"a": 1}) as logger:
+        assert not logger.is_writer
+        logger.log_metrics(0, {"a": 1})
+        logger.log_checkpoint("c", batch=1)
+    assert not (tmp_path / "r1").exists()
+    with RunLogger(tmp_path / "all", all_ranks=True, code_diff=False) as logger:
+        logger.log_metrics(0, {"a": 1})
+    assert rows(tmp_path / "all" / "metrics.jsonl") == [{"step": 0, "a": 1}]
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    assert RunLogger(tmp_path / "r0", code_diff=False).is_writer
+
+
+def test_logger_pickles_as_configuration(tmp_path: Path) -> None:
+    with RunLogger(tmp_path, code_diff=False, config={"a": 1}) as logger:
+        logger.log_metrics(0, {"a": 1})
+        clone = pickle.loads(pickle.dumps(logger))
+        assert clone.log_path == logger.log_path and clone.is_writer
+        clone.log_metrics(1, {"a": 2})
+        clone.close()
+        logger.log_metrics(2, {"a": 3})
+    assert [r["step"] for r in rows(tmp_path / "metrics.jsonl")] == [0, 1, 2]
+
+
+def test_exception_in_loop_closes_files_and_propagates(tmp_path: Path) -> None:
+    with pytest.raises(ZeroDivisionError):
+        with RunLogger(tmp_path, code_diff=False) as logger:
+            logger.log_metrics(0, {"a": 1})
+            logger.log_metrics(1, {"a": 1 / 0})
+    assert logger._closed and rows(tmp_path / "metrics.jsonl") == [{"step": 0, "a": 1}]
+
+
+@pytest.mark.parametrize("n_rows", [40, 100])
+def test_full_disk_never_kills_the_loop_and_says_what_was_not_written(tmp_path: Path, n_rows: int) -> None:
+    """A real write failure: the process's file-size limit (EFBIG), as a full disk gives.
+
+    With 40 rows the unwritten rest fits in a rescue file; with 100 it does not (the limit
+    holds for every file), and the rows are printed to stderr instead.
+    """
+    out = run_script(f"""
+        import resource, signal, warnings, json
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (2000, 2000))
+        from rllog import RunLogger
+        warnings.simplefilter("always")
+        with warnings.catch_warnings(record=True) as caught:
+            with RunLogger({str(tmp_path / 'run')!r}, code_diff=False) as logger:
+                for i in range({n_rows}):
+                    logger.log_metrics(i, {{"reward": i / 100, "pad": "x" * 30}})
+        print(json.dumps([str(w.message) for w in caught]))
+    """, tmp_path)
+    assert out.returncode == 0, out.stderr
+    msgs = json.loads(out.stdout.strip().splitlines()[-1])
+    failures = [m for m in msgs if "could not write" in m]
+    assert len(failures) == 1 and "Training goes on" in failures[0]  # warned once, not once per row
+    data = (tmp_path / "run" / "metrics.jsonl").read_bytes()
+    complete, _, torn = data.rpartition(b"\n")  # the row cut by the limit is a torn last line
+    written = [json.loads(line) for line in complete.splitlines()]
+    lost = n_rows - len(written)
+    if torn:
+        assert f"cut after {len(torn)} bytes" in " ".join(msgs)
+    assert lost > 0
+    if n_rows == 40:
+        saved = [m for m in msgs if "were saved to" in m]
+        assert len(saved) == 1 and f"{lost} metric row(s) could not be written" in saved[0]
+        rescue = Path(saved[0].rsplit("saved to ", 1)[1].strip())
+        recovered = rows(rescue)
+        rescue.unlink()
+    else:
+        assert any(f"{lost} metric row(s) could not be written" in m and "printed to stderr" in m for m in msgs)
+        recovered = [json.loads(line) for line in out.stderr.splitlines() if line.startswith('{"step"')]
+    assert [r["step"] for r in written + recovered] == list(range(n_rows))  # nothing lost, nothing twice
+
+
+def test_open_storage_rejects_escaping_names(tmp_path: Path) -> None:
+    storage = rllog.open_storage(tmp_path)
+    for bad in ["../x", "/etc/passwd", "a/../../b", "a\\b", "a\x00b", "", "a//b"]:
+        with pytest.raises(ValueError):
+            storage.write(bad, b"x")
