@@ -71,6 +71,8 @@ def classify(exc: BaseException) -> str:
     """``"conflict"``, ``"permanent"`` or ``"transient"`` for an exception from a backend."""
     if isinstance(exc, Conflict):
         return "conflict"
+    if isinstance(exc, (TypeError, AttributeError, NameError, AssertionError, ImportError)):
+        return "permanent"  # a bug or a bad option: retrying will not help
     code = _s3_code(exc)
     if code == "PreconditionFailed" or code == "ConditionalRequestConflict":
         return "conflict"
@@ -312,6 +314,7 @@ class S3Ops(ObjectOps):
 
     def __init__(self, fs: Any, writer_id: str, root: str) -> None:
         super().__init__(fs, writer_id, root)
+        fs.retries = 1  # s3fs's own retry loop; our caller retries (our own instance)
         self._cache: dict[str, tuple[str, bytes]] = {}  # path -> (etag, content) we wrote last
         self._lock = threading.Lock()
 
@@ -435,7 +438,6 @@ def backend_options(protocol: str, options: dict[str, Any], request_timeout: flo
     if protocol in ("gs", "gcs"):
         out.setdefault("requests_timeout", request_timeout)
     elif protocol in ("s3", "s3a"):
-        out.setdefault("retries", 1)
         config = dict(out.get("config_kwargs") or {})
         config.setdefault("retries", {"max_attempts": 1, "mode": "standard"})
         config.setdefault("connect_timeout", request_timeout)

@@ -401,7 +401,7 @@ class FsspecStorage:
 
     def _call(self, what: str, fn: Any, *args: Any) -> Any:
         """``fn(*args)`` with a few retries on transient errors; FileNotFoundError as is."""
-        from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+        from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
 
         from rllog import _cloud
 
@@ -410,7 +410,7 @@ class FsspecStorage:
                 retry=retry_if_exception(
                     lambda e: not isinstance(e, FileNotFoundError) and _cloud.classify(e) != "permanent"
                 ),
-                wait=wait_exponential_jitter(initial=0.2, max=5),
+                wait=wait_exponential(multiplier=0.2, max=5) + wait_random(0, 0.2),
                 stop=stop_after_attempt(5),
                 reraise=True,
             )(fn, *args)
@@ -602,11 +602,11 @@ class FsspecStorage:
         return error
 
     def _backoff(self, state: Any) -> float:
-        from tenacity import wait_exponential_jitter
+        from tenacity import wait_exponential
 
         if self._kind(state.outcome.exception()) == "conflict":
             return random.uniform(0.0, 0.1)  # another writer just wrote: go again on top of it
-        return wait_exponential_jitter(initial=0.5, max=30.0)(state)
+        return wait_exponential(multiplier=0.5, max=30.0)(state) * random.uniform(0.5, 1.0)  # full jitter
 
     def _on_retry(self, state: Any) -> None:
         exc = state.outcome.exception()

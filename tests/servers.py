@@ -92,6 +92,7 @@ class S3Server:
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
         self._server = ThreadedMotoServer(ip_address=HOST, port=self.port, verbose=False)
         self._server.start()
+        self._fs = None
 
     def storage_options(self, endpoint: str | None = None) -> dict[str, Any]:
         """Options for ``s3fs``/``open_storage``; ``endpoint`` overrides (e.g. a proxy)."""
@@ -105,8 +106,9 @@ class S3Server:
         import s3fs
 
         name = unique(prefix)
-        fs = s3fs.S3FileSystem(skip_instance_cache=True, **self.storage_options())
-        fs.mkdir(name)
+        if self._fs is None:
+            self._fs = s3fs.S3FileSystem(skip_instance_cache=True, **self.storage_options())
+        self._fs.mkdir(name)
         return name
 
     def stop(self) -> None:
