@@ -150,10 +150,14 @@ class SpillJournal:
                     base = None
             intent = state.get("intent")
             valid = intent and intent["offset"] == done and done + intent["length"] <= len(data)
-            if base is not None or done < len(data):
+            tail = data[done:]
+            cut = tail.rfind(b"\n") + 1
+            if 0 < cut < len(tail):  # killed in the middle of a row: drop the torn row
+                tail = tail[:cut]
+            if base is not None or tail:
                 out[name] = Spilled(
                     base,
-                    data[done:],
+                    tail,
                     (intent["size_before"], intent["length"]) if valid and base is None else None,
                 )
         return out

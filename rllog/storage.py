@@ -235,6 +235,11 @@ class FsspecStorage:
         ImportError: if the backend's package (``gcsfs``, ``s3fs``) is missing.
     """
 
+    #: Backoff between retries of a failed upload: ``backoff_initial * 2**n`` seconds, at
+    #: most ``backoff_max``, times a random factor in [0.5, 1].
+    backoff_initial = 0.5
+    backoff_max = 30.0
+
     def __init__(
         self,
         url: str,
@@ -276,6 +281,7 @@ class FsspecStorage:
         self._wake = threading.Condition(self._state)
         self._commit = threading.Lock()  # one upload attempt at a time; readers wait for it
         self._stop = threading.Event()  # close gave up waiting: abandon retries
+        self._poke = threading.Event()  # cuts a retry's backoff short (flush, close)
         self._seq = 0  # appends/writes so far
         self._uploaded_seq = 0  # everything up to this one is uploaded
         self._last_cycle: tuple[int, BaseException | None] = (0, None)  # (start seq, error)
@@ -581,7 +587,7 @@ class FsspecStorage:
                     retry=retry_if_exception(lambda e: self._kind(e) != "permanent"),
                     wait=self._backoff,
                     stop=lambda _state: self._stop.is_set(),
-                    sleep=self._stop.wait,
+                    sleep=self._sleep,
                     before_sleep=self._on_retry,
                     reraise=True,
                 )(self._upload_one, journal, name)
@@ -601,12 +607,17 @@ class FsspecStorage:
             self._wake.notify_all()
         return error
 
+    def _sleep(self, seconds: float) -> None:
+        self._poke.wait(seconds)
+        self._poke.clear()
+
     def _backoff(self, state: Any) -> float:
         from tenacity import wait_exponential
 
         if self._kind(state.outcome.exception()) == "conflict":
             return random.uniform(0.0, 0.1)  # another writer just wrote: go again on top of it
-        return wait_exponential(multiplier=0.5, max=30.0)(state) * random.uniform(0.5, 1.0)  # full jitter
+        wait = wait_exponential(multiplier=self.backoff_initial, max=self.backoff_max)(state)
+        return wait * random.uniform(0.5, 1.0)  # jitter: writers that failed together retry apart
 
     def _on_retry(self, state: Any) -> None:
         exc = state.outcome.exception()
@@ -677,6 +688,7 @@ class FsspecStorage:
             target = self._seq
             self._kicked = True
             self._wake.notify_all()
+            self._poke.set()
             while self._uploaded_seq < target:
                 start, error = self._last_cycle
                 if error is not None and start >= target and isinstance(error, StoragePermanentError):
@@ -710,9 +722,11 @@ class FsspecStorage:
         with self._state:
             self._closing = True
             self._wake.notify_all()
+        self._poke.set()
         self._thread.join(self.close_timeout)
         if self._thread.is_alive():
             self._stop.set()
+            self._poke.set()
             self._thread.join(self.request_timeout + 5)
         self._closed = True
         _OPEN_STORAGES.discard(self)

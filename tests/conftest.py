@@ -33,6 +33,7 @@ from servers import GcsServer, S3Server, configure_gcs_env, free_port, unique  #
 _GCS_PORT = int(os.environ.get("RLLOG_TEST_GCS_PORT") or free_port())
 os.environ["RLLOG_TEST_GCS_PORT"] = str(_GCS_PORT)  # subprocesses of tests see the same server
 configure_gcs_env(_GCS_PORT)
+os.environ.setdefault("S3_UPLOAD_PART_MIN_SIZE", "256")  # moto: small multipart parts, to test them
 os.environ.setdefault("RLLOG_SPILL_DIR", tempfile.mkdtemp(prefix="rllog-test-spill-"))
 
 
