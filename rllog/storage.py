@@ -5,7 +5,7 @@ Every file rllog writes goes through a :class:`Storage`. Names are relative,
 a name that is absolute, contains ``..``, a backslash or a NUL byte is refused with
 ``ValueError`` so nothing escapes ``log_path``.
 
-Contract of every implementation (the conformance suite in ``tests/test_storage.py``
+Contract of every implementation (the conformance suite in ``tests/test_storage_conformance.py``
 runs it against local disk, ``memory://``, the GCS emulator and moto's S3):
 
 - ``read(name)`` returns the whole file as bytes, including bytes appended and not yet
@@ -15,7 +15,8 @@ runs it against local disk, ``memory://``, the GCS emulator and moto's S3):
   store).
 - ``append(name, data)`` adds bytes at the end. Locally they reach the OS before it
   returns (``os.write`` on an ``O_APPEND`` descriptor): a killed process loses nothing
-  that was appended. On an object store they are staged and uploaded by ``flush``.
+  that was appended. On an object store they are staged (memory and a local spill
+  journal) and uploaded in the background; see :class:`FsspecStorage`.
 - ``flush(durable=False)`` pushes staged appends to the backend; ``durable=True`` also
   fsyncs local files. ``close()`` flushes durably and is idempotent.
 - ``list(prefix)`` returns the names of files (not folders) under the run whose name

@@ -229,11 +229,10 @@ def test_two_processes_appending_to_one_object_keep_every_row(backend, request):
     assert len(rows) == 600
 
 
-def test_forked_child_becomes_its_own_writer(cloud_url):
-    url, options = cloud_url
-    if url.startswith("memory://"):
-        pytest.skip("memory:// is per process")
-    storage = FsspecStorage(url, **options)
+@pytest.mark.parametrize("backend", ["gcs", "s3"])
+def test_forked_child_becomes_its_own_writer(backend, request):
+    server = request.getfixturevalue(f"{backend}_server")
+    storage = FsspecStorage(f"{server.scheme}://{server.new_bucket()}/run", **server.storage_options())
     storage.append("metrics.jsonl", b'{"who": "parent"}\n')
     pid = os.fork()
     if pid == 0:  # pragma: no cover - child
@@ -246,3 +245,21 @@ def test_forked_child_becomes_its_own_writer(cloud_url):
     storage.close()
     assert read_back(storage) == b'{"who": "parent"}\n'
     assert read_back(storage, "child.jsonl") == b'{"who": "child"}\n'
+
+
+def test_run_logger_writes_a_run_to_the_bucket(cloud_url):
+    from rllog.run_logger import RunLogger
+
+    url, options = cloud_url
+    with RunLogger(url, config={"lr": 1e-5}, code_diff=False, **options) as logger:
+        for i in range(20):
+            logger.log_metrics(i, {"progress/batch": i, "env/all/reward/total": i / 20})
+        logger.log_checkpoint("000010", batch=11)
+    reader = FsspecStorage(url, spill=False, **options)
+    try:
+        rows = parse(reader.read("metrics.jsonl"))
+        assert [r["step"] for r in rows] == list(range(20))
+        assert parse(reader.read("checkpoints.jsonl"))[0]["batch"] == 11
+        assert "config.json" in reader.list()
+    finally:
+        reader.close()
