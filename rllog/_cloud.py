@@ -106,9 +106,6 @@ class ObjectOps:
     backend's own retries are off); the caller retries by :func:`classify`.
     """
 
-    #: Whether two processes appending to one object keep each other's rows.
-    multi_writer = False
-
     def __init__(self, fs: Any, writer_id: str, root: str) -> None:
         self.fs = fs
         self.writer_id = writer_id
@@ -169,8 +166,7 @@ _MEMORY_LOCK = threading.Lock()
 class GcsOps(ObjectOps):
     """GCS through gcsfs internals (``_call``): compose with generation preconditions."""
 
-    multi_writer = True
-    max_components = 1000
+    max_components = GCS_MAX_COMPONENTS - 24  # re-base with room to spare
 
     def __init__(self, fs: Any, writer_id: str, root: str) -> None:
         super().__init__(fs, writer_id, root)
@@ -309,7 +305,6 @@ class GcsOps(ObjectOps):
 class S3Ops(ObjectOps):
     """S3 through s3fs ``call_s3``: If-Match rewrites below 5 MiB, multipart copy above."""
 
-    multi_writer = True
     min_part = S3_MIN_PART
 
     def __init__(self, fs: Any, writer_id: str, root: str) -> None:
