@@ -140,13 +140,18 @@ class FaultProxy:
     """An HTTP/1.1 proxy on 127.0.0.1 in front of ``upstream`` (``http://host:port``).
 
     ``schedule(n, method, path)`` is called for the n-th request (0-based) and returns a
-    :data:`Fault`. Counts every request in :attr:`stats` (thread-safe); :meth:`reset`
+    :data:`Fault`. With ``enforce_generation`` the proxy answers 412 to an upload or
+    compose whose ``ifGenerationMatch`` does not hold, as GCS does (the emulator ignores
+    preconditions), checking and forwarding under one lock. Counts every request in :attr:`stats` (thread-safe); :meth:`reset`
     zeroes them.
     """
 
-    def __init__(self, upstream: str, schedule: Callable[[int, str, str], Fault] | None = None) -> None:
+    def __init__(self, upstream: str, schedule: Callable[[int, str, str], Fault] | None = None,
+                 enforce_generation: bool = False) -> None:
         host, port = upstream.removeprefix("http://").rsplit(":", 1)
         self.upstream = (host, int(port))
+        self.enforce_generation = enforce_generation
+        self._cas_lock = threading.Lock()
         self.schedule = schedule or (lambda n, method, path: None)
         self.stats = ProxyStats()
         self._lock = threading.Lock()
@@ -196,7 +201,12 @@ class FaultProxy:
                         return
                     if kind == "delay":
                         time.sleep(fault[1])
-                status, headers, payload = self._forward(body)
+                if proxy.enforce_generation and "ifGenerationMatch=" in self.path:
+                    with proxy._cas_lock:  # check and write as one step, as GCS does
+                        refused = proxy._generation_mismatch(self.command, self.path)
+                        status, headers, payload = (412, [], b'{"error": {"code": 412}}') if refused else self._forward(body)
+                else:
+                    status, headers, payload = self._forward(body)
                 if fault is not None and fault[0] == "drop_after":
                     self.close_connection = True
                     self.connection.shutdown(socket.SHUT_RDWR)
@@ -234,6 +244,33 @@ class FaultProxy:
         self.endpoint = f"http://{HOST}:{self.port}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
+
+    def _generation_mismatch(self, method: str, path: str) -> bool:
+        """GCS's ``ifGenerationMatch`` on an upload or compose, which the emulator ignores:
+        True when the destination's generation is not the one asked for ("0": absent)."""
+        from urllib.parse import parse_qs, quote, unquote, urlsplit
+
+        parts = urlsplit(path)
+        query = parse_qs(parts.query)
+        want = query["ifGenerationMatch"][0]
+        segments = parts.path.split("/")
+        bucket = unquote(segments[segments.index("b") + 1])
+        if "name" in query:  # media upload: .../b/BUCKET/o?name=KEY
+            key = query["name"][0]
+        else:  # compose: .../b/BUCKET/o/KEY/compose
+            key = unquote(segments[segments.index("o") + 1])
+        conn = http.client.HTTPConnection(*self.upstream, timeout=30)
+        try:
+            conn.request("GET", f"/storage/v1/b/{quote(bucket, safe='')}/o/{quote(key, safe='')}")
+            resp = conn.getresponse()
+            body = resp.read()
+        finally:
+            conn.close()
+        if resp.status == 404:
+            return want != "0"
+        import json
+
+        return want == "0" or str(json.loads(body)["generation"]) != want
 
     def reset(self) -> None:
         with self._lock:

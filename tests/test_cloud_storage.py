@@ -219,10 +219,19 @@ def test_kill_9_loses_no_acknowledged_row_and_duplicates_none(gcs_server):
 def test_two_processes_appending_to_one_object_keep_every_row(backend, request):
     server = request.getfixturevalue(f"{backend}_server")
     url = f"{server.scheme}://{server.new_bucket()}/run"
-    writers = [spawn(url, server.storage_options(), tag, 300, 10, 0.05) for tag in ("a", "b")]
-    for writer in writers:
-        out, err = writer.communicate(timeout=120)
-        assert writer.returncode == 0 and out.endswith("DONE\n"), err
+    options = server.storage_options()
+    proxy = None
+    if backend == "gcs":  # the emulator ignores generation preconditions; the proxy enforces them as GCS does
+        proxy = FaultProxy(server.endpoint, enforce_generation=True)
+        options = server.storage_options(proxy.endpoint)
+    writers = [spawn(url, options, tag, 300, 10, 0.05) for tag in ("a", "b")]
+    try:
+        for writer in writers:
+            out, err = writer.communicate(timeout=120)
+            assert writer.returncode == 0 and out.endswith("DONE\n"), err
+    finally:
+        if proxy is not None:
+            proxy.stop()
     rows = parse(read_back(FsspecStorage(url, spill=False, **server.storage_options())))
     for tag in ("a", "b"):
         assert [r["i"] for r in rows if r["writer"] == tag] == list(range(300))
