@@ -255,7 +255,7 @@ class Run:
 
     @property
     def merged_rows(self) -> int:
-        """Rows merged into a previous row of the same step (eval-only rows, summary rows)."""
+        """Rows merged into an earlier row of the same step (eval-only rows, summary rows, late eval results)."""
         return self._resolver.merged
 
     def _frame(self, what: str, build) -> pd.DataFrame:
