@@ -95,6 +95,7 @@ def render_html(trace: Trace) -> str:
     page = environment().get_template("logtree.html.j2").render(
         title=doc.title,
         started_at=doc.started_at,
+        nav=trace._nav,
         events=events,
         logged_groups=logged,
         num_groups_to_log=trace.num_groups_to_log,
@@ -120,8 +121,8 @@ def _flatten(children: list[Any], out: list[tuple[Any, ...]], notes: dict[int, s
             kind = data.get("type")
             if kind == "conversation":
                 append(("conversation", [_message(m) for m in data["messages"]], None, None))
-            elif kind == "table":
-                rows = [[_fmt(c) for c in r] for r in data["rows"]]
+            elif kind == "table":  # cells as (text, is a number)
+                rows = [[(_fmt(c), type(c) in (int, float)) for c in r] for r in data["rows"]]
                 append(("table", [_fmt(c) for c in data["columns"]], rows, data.get("caption")))
             elif kind == "html":
                 from markupsafe import Markup

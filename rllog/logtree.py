@@ -505,6 +505,7 @@ class Trace(Section):
     __slots__ = (
         "_group_parents",
         "_lock",
+        "_nav",
         "_nonfinite",
         "_recorded_exceptions",
         "_trajectories",
@@ -533,6 +534,7 @@ class Trace(Section):
         self._recorded_exceptions: set[int] = set()
         self._nonfinite = False
         self._warn: Callable[[str, str], None] | None = None
+        self._nav: list[tuple[str, str]] = []  # (label, relative href) links at the top of the page
         self._warned = False
         super().__init__(self, self.root, 1, None)
 
@@ -739,7 +741,8 @@ def write_trace(storage: Any, trace: Trace, iteration: int, eval_name: str | Non
 
     Files (README.md, "Files in a run"): ``train_iteration_NNNNNN.html`` + ``..._logtree.json``, or
     ``eval_<safe name>_iteration_NNNNNN...`` when ``eval_name`` is given. Each is
-    written atomically (``storage.write``); the JSON first.
+    written atomically (``storage.write``); the JSON first. The page links the run's
+    ``index.html`` and, for a train report, the previous and next iteration's report.
 
     Returns:
         ``(html_name, json_name)`` as written.
@@ -750,6 +753,7 @@ def write_trace(storage: Any, trace: Trace, iteration: int, eval_name: str | Non
     """
     html_name = artifact_name(iteration, "html", eval_name)
     json_name = artifact_name(iteration, "logtree", eval_name)
+    trace._nav = _neighbours(iteration, eval_name)
     if trace.path is None:
         trace.path = _normal_url(f"{storage.url}/{html_name}")
     from rllog._logtree_render import html_bytes
@@ -757,6 +761,20 @@ def write_trace(storage: Any, trace: Trace, iteration: int, eval_name: str | Non
     storage.write(json_name, trace.to_json())
     storage.write(html_name, html_bytes(trace))
     return html_name, json_name
+
+
+def _neighbours(iteration: int, eval_name: str | None) -> list[tuple[str, str]]:
+    """Links of a written report: the run's ``index.html`` (written by ``rllog index``) and,
+    for a train report, the previous and next iteration's report by their conventional
+    names. The next one does not exist yet when this one is written (a static site may
+    show "not found" for the last iteration; the index lists what exists). Evaluations
+    run at intervals the report cannot know, so an eval report links the index only."""
+    nav = [("Run index", "index.html")]
+    if eval_name is None:
+        if iteration > 0:
+            nav.append((f"← iteration {iteration - 1}", artifact_name(iteration - 1, "html")))
+        nav.append((f"iteration {iteration + 1} →", artifact_name(iteration + 1, "html")))
+    return nav
 
 
 def _normal_url(url: str) -> str:

@@ -487,11 +487,11 @@ def read_run(log_path: str | os.PathLike[str] | Storage, *, step_key: str | None
         storage = open_storage(url, **storage_options)
         if "." not in name or storage.exists(METRICS_FILE) or not parent:
             if not storage.list():
-                raise FileNotFoundError(f"no run at {url}: no files there")
+                raise FileNotFoundError(f"no run at {url}: no files there (expected a folder with metrics.jsonl, a .jsonl file or trainer_state.json)")
             return Run(storage, METRICS_FILE, step_key=step_key)
         storage = open_storage(parent, **storage_options)
         if not storage.exists(name):
-            raise FileNotFoundError(f"no run at {url}: no such file or folder")
+            raise FileNotFoundError(f"no run at {url}: no such file or folder (expected a folder with metrics.jsonl, a .jsonl file or trainer_state.json)")
     if name.endswith(".json"):
         try:
             state = decode_json(storage.read(name))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import uuid
 import warnings
 from html.parser import HTMLParser
@@ -632,3 +633,32 @@ def test_demo_writes_reports_every_iteration_and_periodic_evaluation(tmp_path):
     assert len(ev["root"]["children"][-1]["children"][1]["data"]["trajectories"]) == 400  # 100 prompts x 4 samples
     dom = parse((tmp_path / "train_iteration_000002.html").read_text())
     assert len(dom.find_all("details", "lt-group")) == 2 and len(dom.find_all("details", "lt-traj-group")) == 6
+
+
+def test_written_report_links_index_and_neighbouring_iterations(tmp_path):
+    storage = LocalStorage(str(tmp_path))
+    for i in (0, 1):
+        with logtree.iteration_trace(storage, i):
+            logtree.text("x")
+    with logtree.iteration_trace(storage, 1, eval_name="held out"):
+        pass
+    def nav(name):
+        return [(a.text, a.attrs["href"]) for a in parse((tmp_path / name).read_text()).find("nav", "lt-nav").find_all("a")]
+    assert nav("train_iteration_000000.html") == [("Run index", "index.html"), ("iteration 1 →", "train_iteration_000001.html")]
+    assert nav("train_iteration_000001.html") == [
+        ("Run index", "index.html"), ("← iteration 0", "train_iteration_000000.html"), ("iteration 2 →", "train_iteration_000002.html")]
+    eval_page = next(p.name for p in tmp_path.glob("eval_*_iteration_000001.html"))
+    assert nav(eval_page) == [("Run index", "index.html")]
+
+
+def test_wide_table_scrolls_and_keeps_headers_and_numbers_whole():
+    with logtree.open_trace("t") as trace:
+        logtree.table([{f"metric_name_{j}": 0.123456789 * j for j in range(30)}])
+    dom = parse(trace.to_html())
+    assert dom.find("div", "lt-table-wrap").find("table")
+    cells = dom.find("table").find_all("td")
+    assert all(c.attrs.get("class") == "lt-num" for c in cells) and cells[1].text == "0.123457"
+    css = dom.find("style").text
+    assert re.search(r"\.lt-table-wrap \{[^}]*overflow-x: auto", css)
+    assert re.search(r"th \{[^}]*white-space: nowrap", css) and re.search(r"td\.lt-num \{[^}]*white-space: nowrap", css)
+    assert "overflow-wrap: anywhere" not in re.search(r"th, td \{[^}]*\}", css).group(0)
