@@ -313,3 +313,21 @@ def test_prefixed_metrics_file_under_a_uri():
     assert [n for n, _ in run.files()] == ["arith_checkpoints.jsonl", "arith_metrics.jsonl"]
     with pytest.raises(FileNotFoundError, match="no such file"):
         read_run(f"{base}/nope_metrics.jsonl")
+
+
+def test_evaluator_display_name_as_logged(tmp_path):
+    from rllog import logtree
+
+    with RunLogger(tmp_path, code_diff=False) as logger:
+        logger.log_metrics(0, {"loss": 1.0})
+        with logger.evaluation("my eval set 1", 0):
+            logtree.text("x")
+        with logger.evaluation("other/set", 1):
+            pass
+    run = read_run(tmp_path)
+    safe = run.iterations[0].eval_names
+    assert len(safe) == 1 and safe[0] != "my eval set 1"
+    assert run.eval_display_name(safe[0]) == "my eval set 1"
+    assert run.eval_display_name(run.iterations[1].eval_names[0]) == "other/set"
+    assert run.eval_display_name("never-logged") == "never-logged"
+    assert run.artifact(0, "html", "my eval set 1").name == run.artifact(0, "html", safe[0]).name  # either name works
