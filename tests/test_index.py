@@ -198,7 +198,7 @@ def test_index_extra_keys_out_elsewhere_sparse_markers_and_config_keys(tmp_path)
     keys = re.findall(r'<figure class="chart[^"]*" data-key="([^"]+)"', html)
     assert keys[:2] == ["my/custom", "test/reward"]
     assert 'href="../run/train_iteration_000003.html"' in html  # links into the run from elsewhere
-    figures = {m.group(1): m.group(0) for m in re.finditer(r'data-key="([^"]+)".*?</figure>', html, re.S)}
+    figures = {m.group(1): m.group(0) for m in re.finditer(r'data-key="([^"]+)".*?</figure>', html, re.DOTALL)}
     assert figures["test/reward"].count('class="pt"') == 4  # every value of the sparse metric marked
     assert 'class="pt"' not in figures["my/custom"]  # 40 values, every step: a plain line
     assert '<td class="ck">optimizer.learning_rate_schedule_warmup_steps</td>' in html
