@@ -95,6 +95,7 @@ def render_html(trace: Trace) -> str:
     page = environment().get_template("logtree.html.j2").render(
         title=doc.title,
         started_at=doc.started_at,
+        nav=trace._nav,
         events=events,
         logged_groups=logged,
         num_groups_to_log=trace.num_groups_to_log,
@@ -120,8 +121,8 @@ def _flatten(children: list[Any], out: list[tuple[Any, ...]], notes: dict[int, s
             kind = data.get("type")
             if kind == "conversation":
                 append(("conversation", [_message(m) for m in data["messages"]], None, None))
-            elif kind == "table":
-                rows = [[_fmt(c) for c in r] for r in data["rows"]]
+            elif kind == "table":  # cells as (text, is a number)
+                rows = [[(_fmt(c), type(c) in (int, float)) for c in r] for r in data["rows"]]
                 append(("table", [_fmt(c) for c in data["columns"]], rows, data.get("caption")))
             elif kind == "html":
                 from markupsafe import Markup
@@ -186,9 +187,20 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def _message(m: dict[str, Any]) -> tuple[str, str, list[tuple[Any, ...]]]:
-    role = m.get("role", "")
+def _message(m: Any) -> tuple[str, str, str, list[tuple[Any, ...]]]:
+    """``(css class, role, note, parts)`` of one logged message (any value: odd ones show their repr)."""
+    if not isinstance(m, dict):
+        return "other", "?", "not a message dict", [("other", _clip(_pretty(m)), None)]
+    role = m.get("role")
+    if not isinstance(role, str):
+        role = "?" if role is None else _pretty(role)
     css = role if role in _ROLES else "other"
+    note = ""
+    if role == "tool":
+        name, call_id = m.get("name"), m.get("tool_call_id")
+        note = " · ".join(x for x in (f"result of {name}" if name else "", f"call {call_id}" if call_id else "") if x)
+    elif isinstance(m.get("name"), str):
+        note = m["name"]
     content = m.get("content")
     parts: list[tuple[Any, ...]] = []
     if type(content) is str:
@@ -196,10 +208,16 @@ def _message(m: dict[str, Any]) -> tuple[str, str, list[tuple[Any, ...]]]:
     elif isinstance(content, list):
         for part in content:
             parts.append(_part(part))
+    elif isinstance(content, dict):
+        parts.append(_part(content))
+    elif content is not None:
+        parts.append(("other", _clip(_pretty(content)), None))
     tool_calls = m.get("tool_calls")
     if isinstance(tool_calls, list):
         parts.extend(_tool_call(tc) for tc in tool_calls)
-    return css, role, parts
+    elif tool_calls is not None:
+        parts.append(("other", _clip(_pretty(tool_calls)), None))
+    return css, role, note, parts
 
 
 def _part(part: Any) -> tuple[Any, ...]:
@@ -216,7 +234,7 @@ def _part(part: Any) -> tuple[Any, ...]:
     if kind in ("tool_call", "function_call"):
         return _tool_call(part.get("tool_call", part))
     if kind == "unparsed_tool_call":
-        return ("tool_call", "unparsed tool call", _clip(f"{part.get('raw_text', '')}\n{part.get('error', '')}"))
+        return ("tool_call", ("unparsed tool call", ""), _clip(f"{part.get('raw_text', '')}\n{part.get('error', '')}"))
     if isinstance(kind, str) and "image" in kind:
         return ("image", kind, None)
     return ("other", _clip(_pretty(part)), None)
@@ -227,12 +245,23 @@ def _part_text(text: str) -> tuple[Any, ...]:
 
 
 def _tool_call(tc: Any) -> tuple[Any, ...]:
+    """``("tool_call", (name, call id), clipped arguments)``; JSON arguments are pretty-printed."""
     if not isinstance(tc, dict):
         return ("other", _clip(_pretty(tc)), None)
     fn = tc.get("function") if isinstance(tc.get("function"), dict) else tc
     name = fn.get("name", "?")
+    call_id = tc.get("id") or fn.get("id") or ""
     args = fn.get("arguments", fn.get("args", ""))
-    return ("tool_call", str(name), _clip(args if isinstance(args, str) else _pretty(args)))
+    if isinstance(args, str):
+        try:
+            parsed = json.loads(args)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, (dict, list)):
+            args = _pretty(parsed)
+    else:
+        args = _pretty(args)
+    return ("tool_call", (str(name), str(call_id)), _clip(args))
 
 
 def _pretty(value: Any) -> str:

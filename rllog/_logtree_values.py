@@ -3,16 +3,19 @@
 Values are copied at the call into plain JSON-ready Python (the caller may mutate its
 objects afterwards): messages, table cells (numbers stay numbers, numpy values become
 Python ones, other objects ``str``) and trajectory records in the rollout-summary shape.
-Misuse raises ``TypeError``/``ValueError`` naming what was expected and what was got.
+Content (messages, tables) never raises for odd data: the caller's ``odd(message)`` is
+told once and the data is shown as well as it goes. Misuse of the structure (an index
+that is not an int, a trajectory value that is not a number) raises
+``TypeError``/``ValueError`` naming what was expected and what was got.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["check_index", "check_str", "messages_of", "table_of", "trajectory_record"]
+__all__ = ["check_index", "check_str", "messages_of", "safe_repr", "table_of", "trajectory_record"]
 
 
 def check_str(value: Any, what: str) -> str:
@@ -69,30 +72,53 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
-def messages_of(messages: Any) -> list[dict[str, Any]]:
-    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
-        raise TypeError(f"logtree.conversation expects a list of messages, got {type(messages).__name__}")
-    out = []
+def safe_repr(value: Any, limit: int = 2_000) -> str:
+    """``repr(value)`` cut at ``limit`` characters; never raises (a broken ``__repr__`` is named)."""
+    try:
+        text = repr(value)
+    except Exception as exc:
+        return f"<{type(value).__name__}: repr() failed: {type(exc).__name__}>"
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+_CONTENT_TYPES = (str, list, tuple, Mapping, type(None))
+
+
+def messages_of(messages: Any, odd: Callable[[str], None]) -> list[Any]:
+    """The messages as plain JSON-ready values, each kept as logged (content None, OpenAI
+    ``tool_calls``, ``tool_call_id``, ``name`` and any other key included).
+
+    Odd input never raises: ``odd(message)`` is called for the first problem (a single
+    message instead of a list, a message that is not a dict, no str role, content of an
+    unexpected type) and the value is kept as it is, for the page to show its repr.
+    """
+    if isinstance(messages, Mapping) or callable(getattr(messages, "model_dump", None)):
+        odd(f"logtree.conversation expects a list of messages, got one {type(messages).__name__}; shown as a conversation of one")
+        messages = [messages]
+    elif isinstance(messages, (str, bytes)) or not isinstance(messages, Iterable):
+        odd(f"logtree.conversation expects a list of messages, got {type(messages).__name__}; shown as its repr")
+        return [_plain(messages)]
+    out: list[Any] = []
+    problem = None
     for i, m in enumerate(messages):
         if not isinstance(m, Mapping):
             dump = getattr(m, "model_dump", None)
             if not callable(dump):
-                raise TypeError(f"logtree.conversation: message {i} must be a dict with 'role' and 'content', got {type(m).__name__}")
+                problem = problem or f"message {i} is a {type(m).__name__}, not a dict with 'role' and 'content'"
+                out.append(_plain(m))
+                continue
             m = dump()
-        role = m.get("role")
-        content = m.get("content", "")
-        if not isinstance(role, str):
-            raise TypeError(f"logtree.conversation: message {i} needs a str 'role', got {role!r:.40}")
+        content = m.get("content")
         if type(content) is str and all(type(v) is str for v in m.values()):
             out.append(dict(m))
             continue
-        if not isinstance(content, (str, list, tuple)):
-            raise TypeError(
-                f"logtree.conversation: message {i} 'content' must be a str or a list of parts, got {type(content).__name__}"
-            )
-        msg = _plain(m)
-        msg["role"] = role
-        out.append(msg)
+        if not isinstance(m.get("role"), str):
+            problem = problem or f"message {i} has no str 'role' (got {safe_repr(m.get('role'), 40)})"
+        elif not isinstance(content, _CONTENT_TYPES):
+            problem = problem or f"message {i} 'content' is a {type(content).__name__}, not a str or a list of parts"
+        out.append(_plain(m))
+    if problem is not None:
+        odd(f"logtree.conversation: {problem}; shown as its repr")
     return out
 
 
@@ -113,7 +139,12 @@ def _cell(value: Any) -> Any:
     return str(value)
 
 
-def table_of(data: Any, columns: Sequence[str] | None) -> tuple[list[str], list[list[Any]]]:
+def table_of(data: Any, columns: Sequence[str] | None, odd: Callable[[str], None]) -> tuple[list[str], list[list[Any]]]:
+    """``(columns, rows)`` of plain cells from any table shape :func:`rllog.logtree.table` takes.
+
+    Odd shapes never raise: ``odd(message)`` is called once and the data is shown as well
+    as it goes (ragged columns or rows padded with empty cells, a scalar as one cell).
+    """
     if hasattr(data, "to_dict") and hasattr(data, "columns") and not isinstance(data, Mapping):  # DataFrame
         columns = [str(c) for c in data.columns] if columns is None else columns
         data = data.to_dict("records")
@@ -121,16 +152,18 @@ def table_of(data: Any, columns: Sequence[str] | None) -> tuple[list[str], list[
         values = list(data.values())
         seqs = [isinstance(v, (list, tuple)) or (hasattr(v, "__len__") and hasattr(v, "tolist")) for v in values]
         if values and all(seqs):
-            lengths = {len(v) for v in values}
-            if len(lengths) > 1:
-                raise ValueError(f"logtree.table: dict-of-lists columns must have equal lengths, got {sorted(lengths)}")
+            lengths = [len(v) for v in values]
+            if len(set(lengths)) > 1:
+                odd(f"logtree.table: dict-of-lists columns have different lengths {sorted(set(lengths))}; short columns padded with empty cells")
+            n = max(lengths)
             cols = [str(k) for k in data]
-            return cols, [[_cell(v[i]) for v in values] for i in range(lengths.pop())]
+            return cols, [[_cell(v[i]) if i < len(v) else None for v in values] for i in range(n)]
         if any(seqs):
-            raise TypeError("logtree.table: a dict must map every key to a list (columns) or every key to a scalar")
+            odd("logtree.table: a dict maps some keys to lists and some to scalars; shown as key/value rows")
         return ["key", "value"], [[str(k), _cell(v)] for k, v in data.items()]
     if isinstance(data, (str, bytes)) or not isinstance(data, Iterable):
-        raise TypeError(f"logtree.table expects a list of dicts, a dict of lists, rows or a DataFrame, got {type(data).__name__}")
+        odd(f"logtree.table expects a list of dicts, a dict of lists, rows or a DataFrame, got {type(data).__name__}; shown as one cell")
+        return ["value"], [[_cell(data)]]
     rows = list(data)
     if rows and all(isinstance(r, Mapping) for r in rows):
         cols: list[str] = [str(c) for c in columns] if columns is not None else []
@@ -141,14 +174,22 @@ def table_of(data: Any, columns: Sequence[str] | None) -> tuple[list[str], list[
             cols = [str(c) for c in seen]
         return cols, [[_cell(r.get(c)) for c in cols] for r in rows]
     out = []
+    problem = None
     for i, r in enumerate(rows):
         if isinstance(r, (str, bytes, Mapping)) or not isinstance(r, Iterable):
-            raise TypeError(f"logtree.table: row {i} must be a list of cells, got {type(r).__name__}")
-        r = [_cell(c) for c in r]
-        if columns is not None and len(r) != len(columns):
-            raise ValueError(f"logtree.table: row {i} has {len(r)} cells, columns has {len(columns)}")
-        out.append(r)
-    return ([str(c) for c in columns] if columns is not None else []), out
+            problem = problem or f"row {i} is a {type(r).__name__}, not a list of cells; shown as one cell"
+            out.append([_cell(r)])
+        else:
+            out.append([_cell(c) for c in r])
+    cols = [str(c) for c in columns] if columns is not None else []
+    width = max((len(r) for r in out), default=0)
+    if columns is not None and any(len(r) != len(cols) for r in out):
+        problem = problem or f"rows have {sorted({len(r) for r in out})} cells, columns has {len(cols)}; short rows padded"
+        cols += [""] * (width - len(cols))
+        out = [r + [None] * (len(cols) - len(r)) for r in out]
+    if problem is not None:
+        odd(f"logtree.table: {problem}")
+    return cols, out
 
 
 def _number(value: Any, where: str) -> float | int | None:

@@ -69,3 +69,16 @@ def open_run(log_path: Any) -> RunView:
         index_name=_index_name(run.metrics_name),
         name=folder if run.metrics_name == "metrics.jsonl" else f"{folder}/{run.metrics_name}",
     )
+
+
+def write_bytes(out: str, data: bytes) -> None:
+    """Write ``data`` to the file ``out``: a local path (``~`` expanded) or a URL (fsspec)."""
+    if "://" in out:
+        import fsspec
+
+        with fsspec.open(out, "wb") as f:
+            f.write(data)
+    else:
+        from pathlib import Path
+
+        Path(out).expanduser().write_bytes(data)

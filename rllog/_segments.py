@@ -10,37 +10,52 @@ them apart (examples from ``shared/realdata/SOURCES.md``):
 - *restarts appended to one file*: a crashed or resumed job starts again at an earlier
   step and appends; the steps after it are logged twice, with different values.
 
-The rule, applied to rows in file order (``step`` is the chosen step column):
+- *late rows*: an asynchronous evaluation finishes after training has moved on and
+  logs its result for an earlier step (``log_metrics(i - 2, {"test/reward": ...})``
+  while step ``i`` trains). Its keys do not overlap the train row's either.
 
-1. **Segments.** A row starts a new segment (a restart) when its step is lower than
-   the previous row's step, or equal to it and it *contradicts* what the segment
-   already holds for that step: a key other than the step with a different value
-   (NaN equals NaN). A restart re-logs its first step with new timings, so it
-   contradicts; an eval-only or summary row does not.
-2. **Merge.** A row with the previous row's step that does not contradict it is merged
-   into it (union of keys, nothing lost). The result has one row per step.
-3. **Latest segment wins.** A segment starting at step ``s`` supersedes every row of
+The rule, applied to rows in file order (``step`` is the chosen step column, "the
+last step" the highest standing step so far):
+
+1. **Clash.** A row *clashes* with a standing step when that step already holds one
+   of the row's keys (other than the step) with a different value (NaN equals NaN).
+   It *replays* the step when it has exactly the keys of one of the step's logged
+   rows, with the same values.
+2. **Segments.** A row whose step is lower than or equal to the last step starts a
+   new segment (a restart) only if it clashes with the standing row of its step or
+   replays it. A restart re-logs its first step with new timings, so it clashes; a
+   deterministic restart re-logs it unchanged, so it replays (both real restarts
+   below do); an eval-only row, a summary row or a late evaluation result adds keys
+   the step does not have, so it does neither.
+3. **Merge.** A row that does not clash is merged into its step (union of keys,
+   nothing lost); a late row for a step that has no row yet is inserted in step
+   order. The result has one row per step.
+4. **Latest segment wins.** A segment starting at step ``s`` supersedes every row of
    earlier segments with step >= ``s``, also steps the new segment has not reached:
    they belong to the abandoned attempt, and splicing them after the new segment's
    last step would join two different training histories.
 
 So the kept rows have strictly increasing steps; superseded rows are kept as they were
 logged (unmerged), with their line numbers. Rows without a numeric step take no part
-in the rule and are kept at the end, in file order.
+in the rule and are kept at the end, in file order. A resumed job that logs a step
+the abandoned attempt skipped (it logged every 10th step, the resume starts at 55)
+only clashes at the first step both logged (60); the result is the same, since the
+rows 55..59 stand either way and the restart supersedes steps >= 60.
 
 Checked on real data: the resumed run ``train_metrics.with_duplicates.jsonl`` (steps
-251..279, then 251..400) resolves to exactly its author's deduplicated file, and the
+251..279, then 251..400, replayed unchanged up to 279) resolves to exactly its author's deduplicated file, and the
 five sessions of ``bash_codeforces/metrics.jsonl`` (steps 0,0,0,0,1,0) to its last row.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import Any
 
 __all__ = ["StepResolver"]
 
 
-def _contradicts(old: dict[str, Any], new: dict[str, Any], step_key: str) -> bool:
+def _clashes(old: dict[str, Any], new: dict[str, Any], step_key: str) -> bool:
     for k, v in new.items():
         if k != step_key and k in old:
             w = old[k]
@@ -57,7 +72,7 @@ class StepResolver:
         superseded: ``(line, row)`` of rows replaced by a later segment, unmerged.
         unstepped: ``(line, row)`` of rows without a numeric step, in file order.
         restarts: ``(line, step)`` where each segment after the first starts.
-        merged: how many rows were merged into a previous row of the same step.
+        merged: how many rows were merged into an earlier row of the same step.
         added: how many rows were added (standing, merged, superseded, unstepped).
         version: bumped on every change, for caches.
     """
@@ -82,25 +97,27 @@ class StepResolver:
         if type(step) not in (int, float) or step != step:
             self.unstepped.append((line, row))
             return
-        kept = self.kept
-        if kept:
-            last = kept[-1]
-            last_step = last[key]
-            if step == last_step and not _contradicts(last, row, key):
-                sources = self._sources[-1]
-                if len(sources) == 1:  # copy before the first merge: the logged row stays as it was
-                    last = kept[-1] = dict(last)
-                last.update(row)
-                sources.append((line, row))
+        kept, sources = self.kept, self._sources
+        if kept and step <= kept[-1][key]:
+            i = bisect_left(kept, step, key=lambda r: r[key])
+            if kept[i][key] != step:  # a late row for a step with no row yet
+                kept.insert(i, row)
+                sources.insert(i, [(line, row)])
+                return
+            replays = any(logged.keys() == row.keys() for _, logged in sources[i])
+            if not replays and not _clashes(kept[i], row, key):
+                if len(sources[i]) == 1:  # copy before the first merge: the logged row stays as it was
+                    kept[i] = dict(kept[i])
+                kept[i].update(row)
+                sources[i].append((line, row))
                 self.merged += 1
                 return
-            if step <= last_step:
-                self.restarts.append((line, step))
-                while kept and kept[-1][key] >= step:
-                    kept.pop()
-                    self.superseded += self._sources.pop()
+            self.restarts.append((line, step))
+            for src in sources[i:]:
+                self.superseded += src
+            del kept[i:], sources[i:]
         kept.append(row)
-        self._sources.append([(line, row)])
+        sources.append([(line, row)])
 
     def standing_rows(self) -> list[tuple[int, dict[str, Any]]]:
         """``(line, row)`` of every standing row as logged (not merged), in file order."""

@@ -11,7 +11,7 @@ from typing import Any
 
 from rllog.reader import EVAL_PREFIXES, STEP_KEYS, Run
 
-__all__ = ["KEY_METRICS", "TIME_KEYS", "columns", "key_metrics", "last_values", "summarize", "format_summary", "format_diff"]
+__all__ = ["KEY_METRICS", "TIME_KEYS", "columns", "key_metrics", "last_values", "metric_keys", "summarize", "format_summary", "format_diff"]
 
 #: metrics shown first when present, in this order: tinker-cookbook, TRL, custom loops.
 KEY_METRICS = (
@@ -39,6 +39,12 @@ def columns(rows: list[dict[str, Any]]) -> list[str]:
         if len(row) != len(seen) or not seen.keys() >= row.keys():
             seen.update(dict.fromkeys(row))
     return list(seen)
+
+
+def metric_keys(cols: list[str], step_key: str | None) -> list[str]:
+    """The metrics among ``cols``: every logged key but the step column (string-valued ones
+    too). ``rllog summary`` and the index page count these."""
+    return [c for c in cols if c != step_key]
 
 
 def _is_number(v: Any) -> bool:
@@ -109,6 +115,7 @@ def summarize(run: Run, keys: list[str] | None = None) -> dict[str, Any]:
         "superseded_rows": len(run.superseded_rows),
         "merged_rows": run.merged_rows,
         "columns": len(cols),
+        "metrics": len(metric_keys(cols, sk)),
         "eval_columns": sum(c.startswith(EVAL_PREFIXES) for c in cols),
         "last": [{"key": k, "value": last[k][0], "step": last[k][1]} for k in keys if k in last],
         "missing_keys": [k for k in keys if k not in last],
@@ -171,7 +178,8 @@ def format_summary(s: dict[str, Any], max_files: int = 12) -> str:
         seg = f"; {s['segments']} segment(s), {s['superseded_rows']} superseded rows"
     merged = f", {s['merged_rows']} same-step rows merged" if s["merged_rows"] else ""
     lines.append(f"metrics      {s['metrics_file']}: {s['rows_read']} rows read, {s['rows']} standing{span}{merged}{seg}")
-    lines.append(f"columns      {s['columns']} ({s['eval_columns']} eval)")
+    step_col = f"the {s['step_key']} column + " if s["columns"] > s["metrics"] else ""
+    lines.append(f"columns      {step_col}{s['metrics']} metrics ({s['eval_columns']} eval)")
     if s["last"]:
         width = max(len(x["key"]) for x in s["last"])
         lines.append("last values  (at step)")

@@ -30,6 +30,7 @@ class Chart:
     x_label: str
     paths: list[str] = field(default_factory=list)
     dots: list[tuple[float, float]] = field(default_factory=list)  # one-point segments
+    markers: list[tuple[float, float]] = field(default_factory=list)  # every drawn point of a sparse series
     gaps: list[tuple[float, str]] = field(default_factory=list)  # (x, "NaN at step 7")
     xticks: list[tuple[float, str]] = field(default_factory=list)
     yticks: list[tuple[float, str]] = field(default_factory=list)
@@ -100,11 +101,16 @@ def _thin(x: np.ndarray, y: np.ndarray, max_points: int) -> np.ndarray:
     return np.asarray(sorted(keep))
 
 
-def line_chart(key: str, x: np.ndarray, y: np.ndarray, logged_bad: np.ndarray, x_label: str = "step", max_points: int = 1200) -> Chart:
+def line_chart(
+    key: str, x: np.ndarray, y: np.ndarray, logged_bad: np.ndarray, x_label: str = "step", max_points: int = 1200,
+    markers: bool = False,
+) -> Chart:
     """Chart of ``y`` against ``x`` (same length, rows where the metric was logged).
 
     ``logged_bad`` marks values that were logged as NaN/±Inf (gap plus marker); other
-    non-finite entries of ``y`` must already be removed by the caller.
+    non-finite entries of ``y`` must already be removed by the caller. ``markers``
+    puts a point marker on every drawn value (for sparse series, where a line alone
+    hides how few values there are).
     """
     import numpy as np
 
@@ -148,6 +154,8 @@ def line_chart(key: str, x: np.ndarray, y: np.ndarray, logged_bad: np.ndarray, x
         idx = _thin(sx, sy, max_points)
         pts = [(px(float(sx[i])), py(float(sy[i]))) for i in idx]
         c.points += len(pts)
+        if markers and len(pts) > 1:
+            c.markers += pts
         if len(pts) == 1:
             c.dots.append(pts[0])
         else:

@@ -37,6 +37,39 @@ def demo(log_path: str, resume: bool, iterations: int, seed: int, save_every: in
 
 # --- Reading runs: summary, tail, diff, import (issue #6 part A) -------------------------------
 
+RUN_HELP = "a run folder or URI, a metrics .jsonl file, or a TRL trainer_state.json"
+
+
+class _CliError(click.ClickException):
+    """A clean ``Error: ...`` line and exit code 2 (bad input: a missing run, a bad value)."""
+
+    exit_code = 2
+
+
+def _error_text(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror and exc.filename:  # "[Errno 2] ..." -> what and where
+        return f"{exc.strerror.lower()}: {exc.filename}"
+    return str(exc) or type(exc).__name__
+
+
+def _clean_errors(fn):
+    """Turn the errors of reading or writing a run (OSError, ValueError, TypeError, KeyError)
+    into ``Error: <message>`` and exit code 2, instead of a traceback."""
+    import functools
+
+    from rllog.errors import RllogError
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except click.ClickException:
+            raise
+        except (OSError, ValueError, TypeError, KeyError, ImportError, RllogError) as exc:
+            raise _CliError(_error_text(exc)) from None
+
+    return wrapper
+
 _STEP_KEY = click.option("--step-key", default=None, help="Step column (default: the first of step, global_step, _step, iteration, grad_step).")
 
 
@@ -45,11 +78,13 @@ _STEP_KEY = click.option("--step-key", default=None, help="Step column (default:
 @click.option("-k", "--key", "keys", multiple=True, help="Show the last value of KEY (repeatable; default: the key metrics found).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 @_STEP_KEY
+@_clean_errors
 def summary(run: str, keys: tuple[str, ...], as_json: bool, step_key: str | None) -> None:
     """Summarize RUN: rows and steps, last values of the key metrics, time per iteration,
     iterations with reports, checkpoints, config, files and warnings.
 
     RUN is a run folder or URI, a metrics .jsonl file, or a TRL trainer_state.json.
+    Exit code 2 when RUN cannot be read.
     """
     from rllog._summary import format_summary, summarize
     from rllog.encoding import encode_json
@@ -65,6 +100,7 @@ def summary(run: str, keys: tuple[str, ...], as_json: bool, step_key: str | None
 @click.option("-n", "--lines", "n_rows", type=click.IntRange(min=0), default=10, show_default=True, help="Rows to print first.")
 @click.option("-k", "--key", "keys", multiple=True, help="Print only the step and KEY (repeatable).")
 @click.option("--interval", type=click.FloatRange(min=0.01), default=0.2, show_default=True, help="Seconds between checks with -f.")
+@_clean_errors
 def tail(run: str, follow: bool, n_rows: int, keys: tuple[str, ...], interval: float) -> None:
     """Print the last metric rows of RUN as they were logged; with -f, follow new rows.
 
@@ -81,8 +117,11 @@ def tail(run: str, follow: bool, n_rows: int, keys: tuple[str, ...], interval: f
 
     folder, name = _metrics_location(run)
     if ("://" not in folder or folder.startswith("file://")) and not os.path.isdir(folder.removeprefix("file://")):
-        raise click.ClickException(f"no run folder at {folder} (tail reads a run folder, URI or metrics .jsonl file)")
-    reader = MetricsTail(open_storage(folder), name)
+        raise _CliError(f"no run folder at {folder}: expected a run folder or URI with metrics.jsonl, or a metrics .jsonl file")
+    storage = open_storage(folder)
+    if not follow and not storage.exists(name):
+        raise _CliError(f"no {name} in {storage.url}: expected a run folder or URI with metrics.jsonl, or a metrics .jsonl file")
+    reader = MetricsTail(storage, name)
 
     def show(rows: list[tuple[int, dict]]) -> None:
         for _, row in rows:
@@ -129,8 +168,13 @@ def _metrics_location(run: str) -> tuple[str, str]:
 @click.option("-k", "--key", "keys", multiple=True, help="Compare KEY (repeatable; default: the key metrics found).")
 @click.option("--all", "show_all", is_flag=True, help="List every config difference (default: 20 of each kind).")
 @_STEP_KEY
+@_clean_errors
 def diff(run_a: str, run_b: str, keys: tuple[str, ...], show_all: bool, step_key: str | None) -> None:
-    """Compare two runs: config differences, then the last values of key metrics side by side."""
+    """Compare two runs: config differences, then the last values of key metrics side by side.
+
+    RUN_A and RUN_B are each a run folder or URI, a metrics .jsonl file, or a TRL
+    trainer_state.json. Exit code 2 when one cannot be read.
+    """
     from rllog._summary import format_diff
     from rllog.reader import read_run
 
@@ -162,8 +206,10 @@ def import_trl_cmd(trainer_state: str, out: str, force: bool) -> None:
 
     try:
         _report_import(import_trl(trainer_state, out, overwrite=force))
-    except (FileExistsError, FileNotFoundError, ValueError) as exc:
-        raise click.ClickException(str(exc)) from None
+    except FileNotFoundError as exc:
+        raise _CliError(f"no trainer_state.json at {trainer_state}: expected a TRL/transformers trainer_state.json file ({_error_text(exc)})") from None
+    except (OSError, ValueError) as exc:
+        raise _CliError(_error_text(exc)) from None
 
 
 @import_.command(name="tensorboard")
@@ -177,8 +223,8 @@ def import_tensorboard_cmd(events_dir: str, out: str, force: bool) -> None:
 
     try:
         _report_import(import_tensorboard(events_dir, out, overwrite=force))
-    except (FileExistsError, FileNotFoundError, ValueError) as exc:
-        raise click.ClickException(str(exc)) from None
+    except (OSError, ValueError) as exc:
+        raise _CliError(_error_text(exc)) from None
 
 
 # --- end of reading runs ------------------------------------------------------------------------
@@ -193,10 +239,6 @@ def import_tensorboard_cmd(events_dir: str, out: str, force: bool) -> None:
 # ---------------------------------------------------------------------------
 
 
-class _UnreadableRun(click.ClickException):
-    exit_code = 2
-
-
 _THRESHOLD_HELP = "Change a threshold, e.g. --set ratio_high=3 (repeatable). Names: see `rllog doctor --list-thresholds`."
 
 
@@ -207,7 +249,7 @@ def _thresholds(config: str | None, overrides: tuple[str, ...]):
         base = Thresholds.from_file(config) if config else Thresholds()
         return base.with_overrides(overrides) if overrides else base
     except (OSError, ValueError) as exc:
-        raise click.UsageError(str(exc)) from None
+        raise click.UsageError(_error_text(exc)) from None
 
 
 def _list_thresholds(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -215,10 +257,12 @@ def _list_thresholds(ctx: click.Context, _param: click.Parameter, value: bool) -
         return
     import msgspec
 
-    from rllog.doctor import Thresholds
+    from rllog.doctor import THRESHOLD_HELP, Thresholds
 
-    for name, default in msgspec.structs.asdict(Thresholds()).items():
-        click.echo(f"{name} = {default}")
+    defaults = [(f"{name} = {value}", name) for name, value in msgspec.structs.asdict(Thresholds()).items()]
+    width = max(len(text) for text, _ in defaults)
+    for text, name in defaults:
+        click.echo(f"{text:<{width}}  {THRESHOLD_HELP.get(name, '')}".rstrip())
     ctx.exit(0)
 
 
@@ -234,10 +278,11 @@ def _list_thresholds(ctx: click.Context, _param: click.Parameter, value: bool) -
 def doctor(run: str, as_json: bool, overrides: tuple[str, ...], config: str | None, fail_on: str) -> None:
     """Check RUN's metrics for the instability signals of PPO/GRPO training.
 
-    Ratio far from 1, high clip fractions and approx KL, negative or large KL, value
-    loss spikes, entropy collapsing or rising, truncated completions, reward flat while
-    KL grows, NaN/Inf. Each finding names the metric, the steps, the value, the
-    threshold and what to try.
+    The signals of TRL's PPO/GRPO logging docs (huggingface.co/docs/trl/logging), under
+    TRL, tinker-cookbook, verl and OpenRLHF metric names: ratio far from 1, high clip
+    fractions and approx KL, negative or large KL, value loss spikes, entropy collapsing
+    or rising, truncated completions, reward flat while KL grows, NaN/Inf. Each finding
+    names the metric, the steps, the value, the threshold and what to try.
 
     Exit codes: 0 nothing at or above --fail-on, 1 findings at or above it, 2 bad
     usage or an unreadable run.
@@ -250,7 +295,7 @@ def doctor(run: str, as_json: bool, overrides: tuple[str, ...], config: str | No
     try:
         findings = check_run(run, t)
     except (OSError, ValueError) as exc:
-        raise _UnreadableRun(f"cannot read run {run}: {exc}") from None
+        raise _CliError(f"cannot read run {run}: {_error_text(exc)}") from None
     levels = {"warning": ("warning", "error"), "error": ("error",), "never": ()}[fail_on]
     failed = any(f.severity in levels for f in findings)
     if as_json:
@@ -268,19 +313,24 @@ def doctor(run: str, as_json: bool, overrides: tuple[str, ...], config: str | No
 
 @main.command()
 @click.argument("run")
+@click.option("-k", "--key", "keys", multiple=True, help="Also chart KEY (repeatable), besides the main and flagged metrics.")
+@click.option("-o", "--out", default=None, help="Write the page to OUT (a path or URL) instead of RUN/index.html, e.g. for a run you cannot write to.")
 @click.option("--set", "overrides", multiple=True, metavar="NAME=VALUE", help=_THRESHOLD_HELP)
 @click.option("--config", type=click.Path(exists=True, dir_okay=False), help="JSON or TOML file with doctor thresholds.")
-def index(run: str, overrides: tuple[str, ...], config: str | None) -> None:
+def index(run: str, keys: tuple[str, ...], out: str | None, overrides: tuple[str, ...], config: str | None) -> None:
     """Write RUN/index.html: charts, doctor findings, config, checkpoints, iteration reports.
 
-    The page is self-contained (no scripts, no network requests); open it in a browser.
+    RUN is a run folder or URI, a metrics .jsonl file, or a TRL trainer_state.json. The
+    page is self-contained (no scripts, no network requests); open it in a browser.
+    Exit code 2 when RUN cannot be read or the page cannot be written.
     """
     from rllog.index import write_index
 
+    t = _thresholds(config, overrides)
     try:
-        url, findings = write_index(run, _thresholds(config, overrides))
+        url, findings = write_index(run, t, keys=keys, out=out)
     except (OSError, ValueError) as exc:
-        raise click.ClickException(f"cannot write the index of {run}: {exc}") from None
+        raise _CliError(f"cannot write the index of {run}: {_error_text(exc)}") from None
     problems = sum(f.severity != "info" for f in findings)
     click.echo(f"wrote {url}" + (f" ({problems} doctor findings)" if problems else ""))
 
@@ -293,11 +343,22 @@ def index(run: str, overrides: tuple[str, ...], config: str | None) -> None:
 @click.option("--smooth", type=click.IntRange(min=0), default=0, show_default=True,
               help="Trailing rolling mean over N logged values; raw values drawn faintly behind.")
 def plot(runs: tuple[str, ...], keys: tuple[str, ...], out: str, x: str | None, smooth: int) -> None:
-    """Line charts of metrics KEYs from one or more RUNS, overlaid (needs the `plot` extra)."""
+    """Line charts of metrics KEYs from one or more RUNS, overlaid (needs the `plot` extra).
+
+    Each RUN is a run folder or URI, a metrics .jsonl file, or a TRL trainer_state.json.
+    A KEY without numeric values (a string-valued metric) is warned about on stderr;
+    exit code 2 when no KEY has numbers or a RUN cannot be read.
+    """
+    import warnings
+
     from rllog.plot import plot_runs
 
     try:
-        lines = plot_runs(list(runs), list(keys), out, x=x, smooth=smooth)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            lines = plot_runs(list(runs), list(keys), out, x=x, smooth=smooth)
     except (OSError, ValueError, ImportError) as exc:
-        raise click.ClickException(str(exc)) from None
+        raise _CliError(_error_text(exc)) from None
+    for w in caught:
+        click.echo(f"warning: {w.message}", err=True)
     click.echo(f"wrote {out} ({len(lines)} lines)")

@@ -1,45 +1,53 @@
-"""The stability doctor: checks a run's metrics for the signals seed 003 names.
+"""The stability doctor: checks a run's metrics for the PPO/GRPO stability signals.
 
-Seed 003 (``shared/seeds/003_…``, the TRL logging guide for PPO and GRPO) lists the
-metrics to watch when RL training goes wrong; this module turns each into a check on
-a metrics DataFrame (one row per logged step, a ``step`` column, NaN for a missing
-key). Keys are matched exactly, after removing a leading ``train/`` (TensorBoard
-imports); eval keys (``eval_*``, ``eval/*``, ``test/*``) are only checked for NaN/Inf.
+The signals are the ones TRL's logging guide for PPO and GRPO says to watch when RL
+training goes wrong (https://huggingface.co/docs/trl/logging, "PPO/GRPO logging";
+cited as "TRL docs" below); this module turns each into a check on a metrics DataFrame
+(one row per logged step, a ``step`` column, NaN for a missing key). Keys are matched
+exactly, after removing a leading ``train/`` (TensorBoard imports, OpenRLHF's wandb
+names); eval keys (``eval_*``, ``eval/*``, ``test/*``) are only checked for NaN/Inf.
+Besides TRL's and tinker-cookbook's names, the keys verl and OpenRLHF log are known
+(verl: ``actor/*``, ``critic/*``, ``response_length/clip_ratio``, from its
+``dp_actor``/``metric_utils``; OpenRLHF: the ``status`` dict of its PPO actor).
 
 ======================  ==========================================  =========  =======  ==========================================
 check                   metrics                                     default    level    source / why
 ======================  ==========================================  =========  =======  ==========================================
-``ratio``               ``val/ratio``                               > 2.0 or   error    seed 003: "should float around 1.0; too
+``ratio``               ``val/ratio``                               > 2.0 or   error    TRL docs: "should float around 1.0; too
                                                                     < 0.5                high (e.g. 2.0 or 1000.0) or too small
                                                                                          (e.g. 0.1) means updates between
                                                                                          consecutive policies are too drastic"
-``clip_fraction``       ``policy/clipfrac_avg``, ``clip_ratio``,    > 0.3      warning  seed 003: high clipfrac follows a high
-                        ``clip_ratio/{low,high,region}_mean``                            ratio; very high clip_ratio/* means the
-                                                                                         policy tries too drastic changes
-``approx_kl``           ``policy/approxkl_avg``                     > 0.1      warning  seed 003 (rises with the ratio); PPO
-                                                                                         target_kl is usually 0.01–0.05
-``kl_negative``         ``objective/kl``, ``kl``,                   < -0.01    error    seed 003: objective/kl "should stay
-                        ``[optim/]kl_sample_train_v1/v2``                                positive"
-``kl_large``            ``kl`` (per token)                          > 1.0      warning  seed 003: "ideally not too large, so the
+``clip_fraction``       ``policy/clipfrac_avg``, ``clip_ratio``,    > 0.3      warning  TRL docs: high clipfrac follows a high
+                        ``clip_ratio/{low,high,region}_mean``,                           ratio; very high clip_ratio/* means the
+                        ``actor/pg_clipfrac`` (verl),                                    policy tries too drastic changes
+                        ``ppo_clip_ratio`` (OpenRLHF)
+``approx_kl``           ``policy/approxkl_avg``,                    > 0.1      warning  TRL docs (rises with the ratio); PPO
+                        ``actor/ppo_kl`` (verl), ``ppo_kl``                              target_kl is usually 0.01–0.05
+                        (OpenRLHF)
+``kl_negative``         ``objective/kl``, ``kl``,                   < -0.01    error    TRL docs: objective/kl "should stay
+                        ``actor/kl_loss`` (verl),                                        positive"
+                        ``[optim/]kl_sample_train_v1/v2``
+``kl_large``            ``kl``, ``actor/kl_loss`` (per token)       > 1.0      warning  TRL docs: "ideally not too large, so the
                         ``objective/kl`` (summed over tokens)       > 30.0               policy does not drift far from the
                         ``[optim/]kl_sample_train_v1/v2``           > 0.03               reference"; sampler/trainer KL is
                                                                                          ~1e-3 on healthy real tinker runs,
                                                                                          ~1e-2 with num_substeps > 1
-``value_loss_spike``    ``loss/value_avg``                          10x        warning  seed 003: "spikes or becomes NaN when
-                                                                    median of            training goes badly"
+``value_loss_spike``    ``loss/value_avg``, ``critic/vf_loss``      10x        warning  TRL docs: "spikes or becomes NaN when
+                        (verl), ``critic_loss`` (OpenRLHF)          median of            training goes badly"
                                                                     previous 10
-``entropy_collapse``    ``objective/entropy``,                      < 0.05 and warning  seed 003: entropy collapse means the
+``entropy_collapse``    ``objective/entropy``,                      < 0.05 and warning  TRL docs: entropy collapse means the
                         ``policy/entropy_avg``, ``entropy``,        < 20% of             policy became too confident too early,
-                        ``optim/entropy``                           its start            hurting exploration
-``entropy_rise``        same                                        > 3x its   warning  seed 003: watch for divergence; rising
+                        ``optim/entropy``, ``actor/entropy``        its start            hurting exploration
+                        (verl), ``policy_entropy`` (OpenRLHF)
+``entropy_rise``        same                                        > 3x its   warning  TRL docs: watch for divergence; rising
                                                                     start                entropy means the policy gets random
-``clipped_completions`` ``completions/clipped_ratio``               > 0.3      warning  seed 003: many completions truncated at
-                                                                                         max_completion_length, no EOS
-``reward_flat_kl_grows`` reward (``objective/rlhf_reward``,         see below  warning  seed 003: reward should rise; KL should
+``clipped_completions`` ``completions/clipped_ratio``,              > 0.3      warning  TRL docs: many completions truncated at
+                        ``response_length/clip_ratio`` (verl)                            max_completion_length, no EOS
+``reward_flat_kl_grows`` reward (``objective/rlhf_reward``,         see below  warning  TRL docs: reward should rise; KL should
                         ``objective/scores``, ``reward``,                                not grow far. KL median of the last
-                        ``env/all/reward/total``) and KL                                 quarter > 2x the first quarter's (and
-                                                                                         +0.01), reward rose < 0.5 std
-``nonfinite``           every numeric column                        any        error*   seed 003: value loss "becomes NaN"
+                        ``env/all/reward/total``,                                        quarter > 2x the first quarter's (and
+                        ``critic/score/mean``) and KL                                    +0.01), reward rose < 0.5 std
+``nonfinite``           every numeric column                        any        error*   TRL docs: value loss "becomes NaN"
                                                                     NaN/Inf              (* warning for non-core metrics)
 ======================  ==========================================  =========  =======  ==========================================
 
@@ -68,6 +76,8 @@ import msgspec
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
+
+    from rllog.reader import Run
 
 __all__ = ["SEVERITIES", "Finding", "Thresholds", "check_run", "diagnose", "nonfinite_cells"]
 
@@ -120,8 +130,8 @@ class Thresholds(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
         """A copy with some fields changed: a mapping, or ``"name=value"`` strings (CLI ``--set``).
 
         Raises:
-            ValueError: unknown name, a string without ``=``, or a value of the wrong type
-                (the message lists the valid names).
+            ValueError: unknown name (the message lists the valid names), a string without
+                ``=``, or a value of the wrong type (``"ratio_high must be a number, got 'abc'"``).
         """
         if not isinstance(overrides, Mapping):
             pairs = {}
@@ -135,11 +145,9 @@ class Thresholds(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
         unknown = sorted(set(overrides) - set(fields))
         if unknown:
             raise ValueError(f"unknown threshold(s) {unknown}; valid names: {sorted(fields)}")
-        fields.update(overrides)
-        try:
-            return msgspec.convert(fields, Thresholds, strict=False)
-        except msgspec.ValidationError as exc:
-            raise ValueError(f"bad threshold value: {exc}") from None
+        for name, value in overrides.items():
+            fields[name] = _threshold_value(name, value, type(fields[name]))
+        return Thresholds(**fields)
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> Thresholds:
@@ -149,12 +157,55 @@ class Thresholds(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
             OSError: the file cannot be read. ValueError: bad content (unknown name, wrong type).
         """
         data = Path(path).read_bytes()
+        kind = "TOML" if str(path).endswith(".toml") else "JSON"
         try:
-            if str(path).endswith(".toml"):
-                return msgspec.toml.decode(data, type=cls)
-            return msgspec.json.decode(data, type=cls)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            fields = msgspec.toml.decode(data) if kind == "TOML" else msgspec.json.decode(data)
+        except msgspec.DecodeError as exc:
+            raise ValueError(f"{path}: not {kind} ({exc})") from None
+        if not isinstance(fields, dict):
+            raise ValueError(f"{path}: expected a {kind} table of threshold names and values, got {type(fields).__name__}")
+        try:
+            return cls().with_overrides(fields)
+        except ValueError as exc:
             raise ValueError(f"{path}: {exc}") from None
+
+
+#: one line per threshold, for ``rllog doctor --list-thresholds`` (units as in :class:`Thresholds`)
+THRESHOLD_HELP = {
+    "persist": "consecutive logged values past a threshold before it is a finding",
+    "ratio_high": "val/ratio (new/old policy probability) above this is an error",
+    "ratio_low": "val/ratio below this is an error",
+    "clipfrac_high": "fraction of updates clipped (clipfrac, clip_ratio) above this is a warning",
+    "approxkl_high": "approximate KL between consecutive policies (nats) above this is a warning",
+    "kl_negative": "a KL-to-reference estimate below this (nats) is an error: it must stay >= 0",
+    "kl_high": "per-token KL to the reference (kl, nats) above this is a warning",
+    "seq_kl_high": "KL to the reference summed over a completion (objective/kl, nats) above this is a warning",
+    "sample_train_kl_high": "KL between sampler and trainer logprobs (kl_sample_train_*, nats) above this is a warning",
+    "value_loss_spike": "value loss above this many times the median of the previous spike_window values is a spike",
+    "spike_window": "logged values in the median a value-loss spike is compared with",
+    "entropy_floor": "entropy below this (and below entropy_collapse_frac x its start) has collapsed",
+    "entropy_collapse_frac": "entropy below this fraction of its start (and below entropy_floor) has collapsed",
+    "entropy_rise_factor": "entropy above this many times its start is rising",
+    "baseline_rows": "first logged values whose median is a metric's start",
+    "clipped_completions_high": "fraction of completions cut at the max length above this is a warning",
+    "trend_min_rows": "logged values reward and KL need before the reward-flat/KL-grows check runs",
+    "kl_growth_factor": "KL grows when the median of its last quarter exceeds this many times the first quarter's",
+    "kl_growth_min": "... and exceeds it by at least this much (nats)",
+    "reward_flat_z": "reward is flat when its last quarter rose less than this many standard deviations",
+}
+
+
+def _threshold_value(name: str, value: Any, kind: type) -> int | float:
+    """``value`` (a number, or a string from ``--set``) as the threshold's type, or a ValueError saying what was wrong."""
+    what = "a whole number" if kind is int else "a number"
+    if isinstance(value, str):
+        try:
+            return kind(value.strip())
+        except ValueError:
+            raise ValueError(f"{name} must be {what}, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not float(value).is_integer()):
+        raise ValueError(f"{name} must be {what}, got {value!r}")
+    return kind(value)
 
 
 class Finding(msgspec.Struct, frozen=True, kw_only=True):
@@ -192,9 +243,17 @@ class Finding(msgspec.Struct, frozen=True, kw_only=True):
 
 # Metric families: exact key names (after stripping a leading "train/").
 _RATIO = ("val/ratio",)
-_CLIPFRAC = ("policy/clipfrac_avg", "clip_ratio", "clip_ratio/region_mean", "clip_ratio/low_mean", "clip_ratio/high_mean")
-_APPROXKL = ("policy/approxkl_avg",)
-_TOKEN_KL = ("kl",)
+_CLIPFRAC = (
+    "policy/clipfrac_avg",
+    "clip_ratio",
+    "clip_ratio/region_mean",
+    "clip_ratio/low_mean",
+    "clip_ratio/high_mean",
+    "actor/pg_clipfrac",  # verl
+    "ppo_clip_ratio",  # OpenRLHF
+)
+_APPROXKL = ("policy/approxkl_avg", "actor/ppo_kl", "ppo_kl")  # TRL, verl, OpenRLHF
+_TOKEN_KL = ("kl", "actor/kl_loss")  # TRL and OpenRLHF; verl's KL-to-reference loss
 _SEQ_KL = ("objective/kl",)
 _SAMPLE_KL = (
     "optim/kl_sample_train_v1",
@@ -202,12 +261,12 @@ _SAMPLE_KL = (
     "kl_sample_train_v1",
     "kl_sample_train_v2",
 )
-_VALUE_LOSS = ("loss/value_avg",)
-_ENTROPY = ("objective/entropy", "policy/entropy_avg", "entropy", "optim/entropy")
-_CLIPPED = ("completions/clipped_ratio",)
-_REWARD = ("objective/rlhf_reward", "objective/scores", "reward", "env/all/reward/total")
+_VALUE_LOSS = ("loss/value_avg", "critic/vf_loss", "critic_loss")  # TRL, verl, OpenRLHF
+_ENTROPY = ("objective/entropy", "policy/entropy_avg", "entropy", "optim/entropy", "actor/entropy", "policy_entropy")
+_CLIPPED = ("completions/clipped_ratio", "response_length/clip_ratio")  # TRL, verl
+_REWARD = ("objective/rlhf_reward", "objective/scores", "reward", "env/all/reward/total", "critic/score/mean")
 _CORE = set(_RATIO + _CLIPFRAC + _APPROXKL + _TOKEN_KL + _SEQ_KL + _SAMPLE_KL + _VALUE_LOSS + _ENTROPY + _REWARD)
-_CORE.update({"loss", "loss/policy_avg", "grad_norm", "optim/lr", "learning_rate"})
+_CORE.update({"loss", "loss/policy_avg", "grad_norm", "optim/lr", "learning_rate", "actor/pg_loss", "policy_loss", "actor/grad_norm"})
 
 _ADVICE = {
     "ratio": "updates between consecutive policies are too drastic: lower the learning rate, run fewer PPO "
@@ -235,7 +294,8 @@ _ADVICE = {
     "coefficient, lower the learning rate, and check that the reward is informative and not being gamed",
     "nonfinite": "training diverged numerically: look at the steps just before, lower the learning rate, enable "
     "gradient clipping, guard log(0) and division by zero in rewards and losses, compute the loss in fp32",
-    "no_metrics": "log the stability metrics of seed 003 (entropy, KL, clip fractions) to get real checks",
+    "no_metrics": "log the PPO/GRPO stability metrics (entropy, KL, clip fractions; see TRL's logging docs, "
+    "https://huggingface.co/docs/trl/logging) to get real checks",
 }
 
 
@@ -424,16 +484,18 @@ def nonfinite_cells(rows: Iterable[Mapping[str, Any]], step_key: str | None = "s
 
 
 def diagnose(
-    metrics: pd.DataFrame,
+    metrics: pd.DataFrame | Run,
     thresholds: Thresholds | None = None,
     *,
     nonfinite: Mapping[str, Sequence[int]] | None = None,
     step_key: str | None = "step",
 ) -> list[Finding]:
-    """Check a metrics DataFrame for the stability signals of seed 003.
+    """Check a run's metrics for the PPO/GRPO stability signals (see the module docstring).
 
     Args:
-        metrics: one row per logged step (rows in logging order), a ``step_key``
+        metrics: a :class:`rllog.reader.Run` from :func:`rllog.read_run` (its metrics,
+            NaN/Inf cells and step column are used; ``nonfinite`` and ``step_key`` are
+            ignored), or a DataFrame: one row per logged step (rows in logging order), a ``step_key``
             column (else row positions are the steps), NaN where a key is missing. String columns are
             ignored; a column that mixes strings and numbers is checked on its numbers.
         thresholds: defaults to ``Thresholds()``.
@@ -444,9 +506,23 @@ def diagnose(
 
     Returns:
         Findings, errors first, then warnings, each group in check order.
+
+    Raises:
+        TypeError: ``metrics`` is neither (for a path or URL use :func:`check_run`).
     """
     import numpy as np
     import pandas as pd
+
+    from rllog.reader import Run
+
+    if isinstance(metrics, Run):
+        nonfinite, step_key = nonfinite_cells(metrics.rows, step_key=metrics.step_key), metrics.step_key
+        metrics = metrics.metrics
+    elif not isinstance(metrics, pd.DataFrame):
+        raise TypeError(
+            f"diagnose takes a Run from rllog.read_run or a metrics DataFrame, got {type(metrics).__name__}; "
+            "for a run folder, URL or file use rllog.check_run(path)"
+        )
 
     t = thresholds or Thresholds()
     if step_key in metrics.columns:
@@ -456,35 +532,46 @@ def diagnose(
     steps_all = np.where(np.isfinite(steps_all), steps_all, np.arange(len(metrics)))
     series: dict[str, _Series] = {}
     nonfinite = {k: list(v) for k, v in (nonfinite or {}).items()}
+    infinite: dict[str, dict[int, float]] = {}  # {metric: {step: +-inf}}: the DataFrame keeps infinities
     for col in metrics.columns:
         if col == step_key or not isinstance(col, str):
             continue
         values = pd.to_numeric(metrics[col], errors="coerce").to_numpy(dtype=float)
         inf = np.isinf(values)
         if inf.any():
+            infinite[col] = {int(x): float(v) for x, v in zip(steps_all[inf], values[inf])}
             found = nonfinite.setdefault(col, [])
-            found.extend(int(x) for x in steps_all[inf] if int(x) not in found)
+            found.extend(x for x in infinite[col] if x not in found)
         finite = np.isfinite(values)
         if finite.any():
             series[col] = _Series(col, values[finite], steps_all[finite].astype(np.int64))
     doctor = _Doctor(series, t)
-    doctor.findings.extend(_nonfinite_findings(nonfinite))
+    doctor.findings.extend(_nonfinite_findings(nonfinite, infinite))
     doctor.run()
     if not doctor.findings and not any(_canonical(c) in _CORE for c in series):
         doctor.findings.append(
             Finding(check="no_metrics", severity="info", metric="", steps=[], value=float("nan"), threshold="",
-                    message="no RL stability metric of seed 003 was found; only NaN/Inf were checked",
+                    message="no PPO/GRPO stability metric (ratio, KL, clip fraction, entropy, value loss) was found; only NaN/Inf were checked",
                     advice=_ADVICE["no_metrics"])
         )
     order = {s: i for i, s in enumerate(reversed(SEVERITIES))}
     return sorted(doctor.findings, key=lambda f: order[f.severity])
 
 
-def _nonfinite_findings(nonfinite: Mapping[str, Sequence[int]]) -> list[Finding]:
+def _nonfinite_findings(nonfinite: Mapping[str, Sequence[int]], infinite: Mapping[str, Mapping[int, float]]) -> list[Finding]:
+    """One finding per metric with NaN/±Inf cells; its ``value`` is +Inf if any cell is, else
+    -Inf if any is, else NaN, and the message names which of them occur."""
     out = []
     for col, steps in nonfinite.items():
         if not steps:
             continue
+        inf = infinite.get(col, {})
+        kinds = [name for name, present in (
+            ("NaN", any(step not in inf for step in steps)),
+            ("Infinity", math.inf in inf.values()),
+            ("-Infinity", -math.inf in inf.values()),
+        ) if present]
+        value = math.inf if "Infinity" in kinds else (-math.inf if "-Infinity" in kinds else math.nan)
         merged: list[tuple[int, int]] = []
         for step in sorted(set(steps)):
             if merged and step == merged[-1][1] + 1:
@@ -496,12 +583,12 @@ def _nonfinite_findings(nonfinite: Mapping[str, Sequence[int]]) -> list[Finding]
             severity="error" if _canonical(col) in _CORE else "warning",
             metric=col,
             steps=merged,
-            value=float("nan"),
+            value=value,
             threshold="any NaN or Inf",
             message="",
             advice=_ADVICE["nonfinite"],
         )
-        out.append(msgspec.structs.replace(f, message=f"{col} is NaN/Inf at step(s) {f.steps_text(4)} ({len(set(steps))} values)"))
+        out.append(msgspec.structs.replace(f, message=f"{col} is {'/'.join(kinds)} at step(s) {f.steps_text(4)} ({len(set(steps))} values)"))
     return out
 
 

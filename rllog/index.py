@@ -6,16 +6,22 @@ links to each iteration's HTML report. It makes no network request: a
 Content-Security-Policy forbids scripts and remote loads, and all logged text (metric
 names, config values, file names) is escaped by jinja2, so nothing logged can run.
 Links are relative (``./train_iteration_000003.html``), so the page works in the run
-folder on disk and when the bucket is served as static files.
+folder on disk and when the bucket is served as static files; a page written elsewhere
+(``rllog index RUN -o OUT``, for a run you may not write to) links the run's files by a
+relative path to the run folder, or by the run's URL.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from rllog._runsource import RunView
     from rllog.doctor import Finding, Thresholds
 
@@ -34,6 +40,8 @@ MAIN_METRICS = (
 )
 _MAX_CHARTS = 16
 _MIN_CHARTS = 6
+#: a metric with fewer logged values than this gets a marker on every point
+SPARSE_POINTS = 30
 
 
 def _flatten(value: Any, prefix: str = "") -> list[tuple[str, str]]:
@@ -62,12 +70,15 @@ def _numeric_columns(metrics: Any, step_key: str | None) -> dict[str, Any]:
     return out
 
 
-def _choose(columns: list[str], flagged: set[str]) -> list[str]:
-    """Metrics to chart: known main metrics in MAIN_METRICS order, then the doctor's flagged ones;
-    at most _MAX_CHARTS unless more are flagged (flagged metrics are always charted)."""
+def _choose(columns: list[str], flagged: set[str], wanted: Sequence[str] = ()) -> list[str]:
+    """Metrics to chart: the ``wanted`` ones (``-k``), known main metrics in MAIN_METRICS order,
+    then the doctor's flagged ones; at most _MAX_CHARTS unless more are wanted or flagged
+    (those are always charted)."""
     canon = {c: (c.removeprefix("train/")) for c in columns}
     rank = {m: i for i, m in enumerate(MAIN_METRICS)}
-    ordered = sorted((c for c in columns if canon[c] in rank), key=lambda c: rank[canon[c]])
+    flagged = flagged | set(wanted)
+    ordered = list(dict.fromkeys(wanted))
+    ordered += sorted((c for c in columns if canon[c] in rank and c not in ordered), key=lambda c: rank[canon[c]])
     ordered += [c for c in columns if c in flagged and c not in ordered]
     if len(ordered) < _MIN_CHARTS:  # an unfamiliar run: chart its first metrics
         ordered += [c for c in columns if c not in ordered and not c.startswith(("time/", "progress/"))]
@@ -80,10 +91,31 @@ def _choose(columns: list[str], flagged: set[str]) -> list[str]:
     return chosen
 
 
-def render_index(run: RunView, findings: list[Finding], *, thresholds: Thresholds | None = None) -> str:
-    """The HTML text of the index page of ``run`` (from :func:`rllog._runsource.open_run`)."""
+def _sparse(steps: np.ndarray, logged: np.ndarray) -> bool:
+    """True when a metric has few values (< SPARSE_POINTS) or skips rows between its first and
+    last logged one (e.g. an eval every 10 steps): its chart marks every point."""
     import numpy as np
 
+    where = np.flatnonzero(logged)
+    if len(where) < SPARSE_POINTS:
+        return True
+    return len(where) < where[-1] - where[0] + 1
+
+
+def render_index(
+    run: RunView, findings: list[Finding], *, thresholds: Thresholds | None = None, keys: Sequence[str] = (), base: str = "./"
+) -> str:
+    """The HTML text of the index page of ``run`` (from :func:`rllog._runsource.open_run`).
+
+    ``keys`` are charted in any case, first; ``base`` prefixes the links to the run's
+    files (``"./"`` when the page is in the run folder).
+
+    Raises:
+        ValueError: a key in ``keys`` is not a metric of the run, or has no numbers.
+    """
+    import numpy as np
+
+    from rllog._summary import metric_keys
     from rllog._svgchart import _label, line_chart
     from rllog._templates import environment
 
@@ -95,20 +127,24 @@ def render_index(run: RunView, findings: list[Finding], *, thresholds: Threshold
         if key in metrics.columns else np.arange(n, dtype=float)
     )
     columns = _numeric_columns(metrics, key)
+    for k in keys:
+        if k not in columns:
+            what = "has no numeric values" if k in metrics.columns else "is not a metric of this run"
+            raise ValueError(f"-k {k!r} {what}; numeric metrics: {list(columns)[:40]}")
     worst: dict[str, str] = {}
     for f in reversed(findings):  # errors come first, so they win
         if f.metric:
             worst[f.metric] = f.severity
     flagged = set(worst)
     charts = []
-    for col in _choose(list(columns), flagged):
+    for col in _choose(list(columns), flagged, keys):
         y = columns[col]
         bad = np.zeros(n, dtype=bool)
         if run.nonfinite.get(col):
             bad = np.isin(steps, np.asarray(run.nonfinite[col], dtype=float)) & ~np.isfinite(y)
         bad |= np.isinf(y)
         rows = np.isfinite(y) | bad
-        chart = line_chart(col, steps[rows], y[rows], bad[rows], x_label=key or "row")
+        chart = line_chart(col, steps[rows], y[rows], bad[rows], x_label=key or "row", markers=_sparse(steps, rows))
         chart.flagged = worst.get(col, "")
         charts.append(chart)
     table = []
@@ -128,7 +164,7 @@ def render_index(run: RunView, findings: list[Finding], *, thresholds: Threshold
     by_iteration: dict[int, list[Any]] = {}
     for rep in run.reports:
         by_iteration.setdefault(rep.iteration, []).append(
-            {"href": "./" + quote(rep.name), "label": "train" if rep.split == "train" else f"eval {rep.eval_name}", "name": rep.name}
+            {"href": base + quote(rep.name), "label": "train" if rep.split == "train" else f"eval {rep.eval_name}", "name": rep.name}
         )
     counts = {s: sum(f.severity == s for f in findings) for s in ("error", "warning", "info")}
     finite_steps = steps[steps >= 0]
@@ -141,7 +177,7 @@ def render_index(run: RunView, findings: list[Finding], *, thresholds: Threshold
         rows=n,
         first_step=int(finite_steps.min()) if len(finite_steps) else None,
         last_step=int(finite_steps.max()) if len(finite_steps) else None,
-        n_metrics=len(columns),
+        n_metrics=len(metric_keys(list(metrics.columns), key)),
         findings=findings,
         counts=counts,
         charts=charts,
@@ -155,26 +191,47 @@ def render_index(run: RunView, findings: list[Finding], *, thresholds: Threshold
     )
 
 
-def write_index(log_path: Any, thresholds: Thresholds | None = None) -> tuple[str, list[Finding]]:
+def write_index(
+    log_path: Any, thresholds: Thresholds | None = None, *, keys: Sequence[str] = (), out: str | os.PathLike[str] | None = None
+) -> tuple[str, list[Finding]]:
     """Read the run at ``log_path``, write ``index.html`` into it (atomically, through its Storage).
 
     ``log_path`` is anything :func:`rllog.read_run` reads. Beside a single metrics file
     the page is named after it (``arithmetic_index.html`` for ``arithmetic_metrics.jsonl``,
     ``trainer_state_index.html`` for a TRL ``trainer_state.json``).
 
+    Args:
+        keys: metrics to chart in any case (besides the main and flagged ones).
+        out: write the page here instead (a file path or URL), leaving the run untouched
+            (a read-only run); its links to iteration reports point into the run.
+
     Returns:
         ``(URL of the page, the doctor's findings)``.
 
     Raises:
-        FileNotFoundError: the run has no metrics.jsonl. OSError/StorageError: the page
-        could not be written.
+        FileNotFoundError: the run has no metrics.jsonl. ValueError: a key is not a
+        numeric metric of the run. OSError/StorageError: the page could not be written.
     """
-    from rllog._runsource import open_run
+    from rllog._runsource import open_run, write_bytes
     from rllog.doctor import diagnose
 
     run = open_run(log_path)
     findings = diagnose(run.metrics, thresholds, nonfinite=run.nonfinite, step_key=run.step_key)
-    html = render_index(run, findings, thresholds=thresholds)
-    run.storage.write(run.index_name, html.encode("utf-8"))
-    run.storage.flush()
-    return f"{run.url.rstrip('/')}/{run.index_name}", findings
+    if out is None:
+        html = render_index(run, findings, thresholds=thresholds, keys=keys)
+        run.storage.write(run.index_name, html.encode("utf-8"))
+        run.storage.flush()
+        return f"{run.url.rstrip('/')}/{run.index_name}", findings
+    out = os.fspath(out)
+    html = render_index(run, findings, thresholds=thresholds, keys=keys, base=_base_href(run.url, out))
+    write_bytes(out, html.encode("utf-8"))
+    return out, findings
+
+
+def _base_href(run_url: str, out: str) -> str:
+    """How a page at ``out`` links into the run folder at ``run_url``: a relative path when both
+    are local files, else the run's URL."""
+    if "://" in run_url or "://" in out:
+        return run_url.rstrip("/") + "/"
+    rel = os.path.relpath(run_url, os.path.dirname(os.path.abspath(os.path.expanduser(out))))
+    return quote(rel.replace(os.sep, "/")) + "/"

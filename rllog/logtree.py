@@ -3,7 +3,7 @@
 Rollout code says what happened, in nested sections; rllog writes it at the end of the
 iteration as ``train_iteration_NNNNNN.html`` (for people) and
 ``train_iteration_NNNNNN_logtree.json`` (for programs), or ``eval_<name>_...`` for an
-evaluator (DESIGN.md §1)::
+evaluator (README.md, "Files in a run")::
 
     from rllog import logtree
 
@@ -17,9 +17,13 @@ evaluator (DESIGN.md §1)::
                     logtree.trajectory_stats(t, total_reward=traj.reward, ob_len=150, ac_len=420)
 
 Content: :func:`text`, :func:`conversation` (roles system/user/assistant/tool; content a
-string or a list of parts ``{"type": "text"|"thinking"|"tool_call"|"image", ...}``),
+string, None, or a list of parts ``{"type": "text"|"thinking"|"tool_call"|"image", ...}``;
+OpenAI-style ``tool_calls`` and ``role: "tool"`` results with ``tool_call_id``),
 :func:`table` (list of dicts, dict of lists, dict of scalars, or rows), :func:`html`
-(trusted markup only). Sections: :func:`scope` (also a decorator), :func:`details`
+(trusted markup only). **Content calls never raise for odd data**: a value of an
+unexpected type is warned about once per trace (through ``RunLogger``'s warn-once) and
+shown as its repr; only misuse of the structure (a ``group_idx`` that is not an int,
+:func:`trajectory_stats` outside a group) raises. Sections: :func:`scope` (also a decorator), :func:`details`
 (collapsed block), :func:`group` (a trajectory group).
 
 **No active trace: every call is a cheap no-op** (~0.2 µs a call, ~0.5 µs a ``with
@@ -43,7 +47,9 @@ and reset with tokens):
   that prefers no ambient state.
 
 An exception that leaves a scope is recorded in that scope (type, message, traceback)
-and re-raised; :func:`iteration_trace` still writes the report.
+and re-raised; one raised directly in the iteration (outside every scope) is recorded
+first in the root, at the top of the page. :func:`iteration_trace` still writes the
+report, with the exception in it.
 
 ``num_groups_to_log`` (default 4): groups with index ``< num_groups_to_log`` get full
 content; inside the others every content call is a no-op, but
@@ -53,7 +59,7 @@ content; inside the others every content call is a no-op, but
 JSON format (``*_logtree.json``)::
 
     {"title": "Train iteration 3", "started_at": "2026-01-02T10:00:00+00:00",
-     "path": "gs://b/run/train_iteration_000003.html",
+     "path": "gs://b/run/train_iteration_000003.html",   (normalised: no "..")
      "root": {"tag": "body", "attrs": {"class": "lt-root"}, "children": [...]}}
 
 A node is ``{"tag", "attrs", "children"[, "data"]}``; children are nodes or plain
@@ -81,6 +87,8 @@ import contextvars
 import functools
 import inspect
 import math
+import os
+import posixpath
 import threading
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -90,7 +98,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from rllog._logtree_values import check_index, check_str, messages_of, table_of, trajectory_record
+from rllog._logtree_values import check_index, check_str, messages_of, safe_repr, table_of, trajectory_record
 from rllog._names import artifact_name
 
 __all__ = [
@@ -214,37 +222,46 @@ class Section:
     def text(self, text: str, *, code: bool = False) -> None:
         """A paragraph of ``text`` (escaped; whitespace kept); ``code=True`` shows it monospace.
 
-        Raises:
-            TypeError: ``text`` is not a str.
+        Anything but a str is warned about once and shown as its repr; never raises.
         """
         node = self.node
         if node is None:
             return
         if type(text) is not str:
-            text = check_str(text, "text")
+            if isinstance(text, str):
+                text = str(text)
+            else:
+                self.trace._odd_input(f"logtree.text expects a str, got {type(text).__name__}; shown as its repr")
+                text = safe_repr(text, 50_000)
         node.children.append(Node("pre" if code else "p", {"class": "lt-code" if code else "lt-p"}, [text]))
 
     def conversation(self, messages: Sequence[Mapping[str, Any]]) -> None:
-        """A conversation: messages ``{"role": str, "content": str | list[part], ...}``.
+        """A conversation: messages ``{"role": str, "content": str | list[part] | None, ...}``.
 
         Parts are dicts with ``"type"``: ``"text"`` (``text``), ``"thinking"``
         (``thinking``, shown folded), ``"tool_call"`` (``tool_call`` with
         ``function.name``/``function.arguments``, or ``name``/``arguments``),
-        ``"image"``/``"image_url"`` (shown as a placeholder, never loaded). A
-        message's OpenAI-style ``tool_calls`` list is shown too. The JSON keeps every
-        message exactly as given (pydantic models, dataclasses and numpy values made
-        plain; bytes and images as a ``"<N bytes>"`` / ``"<image>"`` placeholder).
+        ``"image"``/``"image_url"`` (shown as a placeholder, never loaded). OpenAI
+        chat messages are shown as such: an assistant message with ``content: None``
+        and ``tool_calls: [{"id", "type": "function", "function": {"name",
+        "arguments"}}]`` shows each call (arguments pretty-printed when they are
+        JSON), a ``role: "tool"`` message names its ``tool_call_id`` and ``name``.
+        The JSON keeps every message exactly as given (pydantic models, dataclasses
+        and numpy values made plain; bytes and images as a ``"<N bytes>"`` /
+        ``"<image>"`` placeholder).
 
-        Raises:
-            TypeError: ``messages`` is not a sequence of mappings with a str ``role``
-                and a str or list ``content``; the message index is named.
+        Never raises: a message that is not a dict, has no str ``role`` or content of
+        an unexpected type is warned about once and shown as its repr.
         """
         node = self.node
         if node is None:
             return
-        node.children.append(
-            Node("div", {"class": "lt-conversation"}, [], {"type": "conversation", "messages": messages_of(messages)})
-        )
+        try:
+            plain = messages_of(messages, self.trace._odd_input)
+        except Exception as exc:  # a model_dump/__str__ that raises: show what we can
+            self.trace._odd_input(f"logtree.conversation could not read its messages ({type(exc).__name__}: {exc}); shown as their repr")
+            plain = [safe_repr(messages, 50_000)]
+        node.children.append(Node("div", {"class": "lt-conversation"}, [], {"type": "conversation", "messages": plain}))
 
     def table(
         self,
@@ -256,18 +273,21 @@ class Section:
         """A table from a list of dicts, a dict of equal-length lists, a dict of scalars
         (two columns: key, value), a sequence of rows (``columns`` names them), or a
         pandas DataFrame. Cells keep numbers as numbers in the JSON; other objects
-        become ``str(obj)``.
+        become ``str(obj)``. The page scrolls a wide table sideways.
 
-        Raises:
-            TypeError: ``data`` is none of those shapes.
-            ValueError: dict-of-lists columns differ in length, or a row's length
-                differs from ``columns``.
+        Never raises: other shapes (ragged columns or rows, a scalar) are warned about
+        once and shown as well as they go (padded with empty cells, one cell).
         """
         node = self.node
         if node is None:
             return
-        cols, rows = table_of(data, columns)
-        cap = None if caption is None else check_str(caption, "caption")
+        odd = self.trace._odd_input
+        try:
+            cols, rows = table_of(data, columns, odd)
+        except Exception as exc:  # e.g. a DataFrame whose to_dict raises
+            odd(f"logtree.table could not read its data ({type(exc).__name__}: {exc}); shown as its repr")
+            cols, rows = ["value"], [[safe_repr(data)]]
+        cap = None if caption is None else self._str(caption, "table caption")
         if not self.trace._nonfinite and any(type(c) is float and not math.isfinite(c) for r in rows for c in r):
             self.trace._nonfinite = True
         node.children.append(
@@ -275,11 +295,17 @@ class Section:
         )
 
     def html(self, markup: str) -> None:
-        """Raw HTML inserted as it is. **Trusted markup only**: never pass model output."""
+        """Raw HTML inserted as it is. **Trusted markup only**: never pass model output.
+
+        Anything but a str is warned about once and shown as escaped text (its repr).
+        """
         node = self.node
         if node is None:
             return
-        node.children.append(Node("div", {"class": "lt-html"}, [], {"type": "html", "html": check_str(markup, "markup")}))
+        if not isinstance(markup, str):
+            self.text(markup)
+            return
+        node.children.append(Node("div", {"class": "lt-html"}, [], {"type": "html", "html": str(markup)}))
 
     def trajectory_stats(
         self,
@@ -346,20 +372,27 @@ class Section:
             group_idx = arg
             if self.node is None or group_idx >= trace.num_groups_to_log:
                 return Section(trace, None, level, group_idx)
-            title = f"Group {group_idx}" if title is None else check_str(title, "title")
+            title = f"Group {group_idx}" if title is None else self._str(title, "group title")
             node = Node("details", {"class": "lt-group", "id": f"group-{group_idx}", "open": ""}, [])
             node.children.append(Node("summary", {}, [Node(f"h{level}", {}, [title])]))
             trace._note_group_parent(self.node)
         elif self.node is None:
             return Section(trace, None, level, group_idx)
         elif kind == "scope":
-            node = Node("section", {"class": "lt-section"}, [Node(f"h{level}", {}, [check_str(title, "title")])])
+            node = Node("section", {"class": "lt-section"}, [Node(f"h{level}", {}, [self._str(title, "scope title")])])
         else:  # details
             attrs = {"class": "lt-details", "open": ""} if arg else {"class": "lt-details"}
-            node = Node("details", attrs, [Node("summary", {}, [check_str(title, "summary")])])
+            node = Node("details", attrs, [Node("summary", {}, [self._str(title, "details summary")])])
             level = self.level
         self.node.children.append(node)
         return Section(trace, node, level, group_idx)
+
+    def _str(self, value: Any, what: str) -> str:
+        """``value`` if a str, else its repr (warned about once)."""
+        if isinstance(value, str):
+            return str(value)
+        self.trace._odd_input(f"logtree {what} must be a str, got {type(value).__name__}; shown as its repr")
+        return safe_repr(value)
 
     def _record_exception(self, exc: BaseException) -> None:
         trace = self.trace
@@ -373,7 +406,11 @@ class Section:
             message = f"<str() failed: {type(e).__name__}>"
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         data = {"type": "exception", "exc_type": type(exc).__qualname__, "message": message, "traceback": tb}
-        node.children.append(Node("details", {"class": "lt-exception", "open": ""}, [], data))
+        box = Node("details", {"class": "lt-exception", "open": ""}, [], data)
+        if node is trace.root:  # raised in the iteration itself: first thing on the page
+            node.children.insert(0, box)
+        else:
+            node.children.append(box)
 
 
 _NULL = Section(None, None, 1, None)
@@ -468,9 +505,12 @@ class Trace(Section):
     __slots__ = (
         "_group_parents",
         "_lock",
+        "_nav",
         "_nonfinite",
         "_recorded_exceptions",
         "_trajectories",
+        "_warn",
+        "_warned",
         "num_groups_to_log",
         "path",
         "root",
@@ -493,10 +533,28 @@ class Trace(Section):
         self._group_parents: dict[int, Node] = {}
         self._recorded_exceptions: set[int] = set()
         self._nonfinite = False
+        self._warn: Callable[[str, str], None] | None = None
+        self._nav: list[tuple[str, str]] = []  # (label, relative href) links at the top of the page
+        self._warned = False
         super().__init__(self, self.root, 1, None)
 
     def __repr__(self) -> str:
         return f"<logtree.Trace {self.title!r}>"
+
+    def _odd_input(self, message: str) -> None:
+        """Odd data given to a content call: warn once per trace (through ``warn`` of
+        :func:`iteration_trace`, else :func:`warnings.warn`); the call goes on."""
+        with self._lock:
+            if self._warned:
+                return
+            self._warned = True
+        message += " (warned once per report)"
+        if self._warn is not None:
+            self._warn("logtree_input", message)
+        else:
+            import warnings
+
+            warnings.warn(f"rllog: {message}", RuntimeWarning, stacklevel=4)
 
     def bind(self) -> _BindCM:
         """Make this trace current in this thread/task, and the fallback for threads
@@ -681,9 +739,10 @@ def open_trace(
 def write_trace(storage: Any, trace: Trace, iteration: int, eval_name: str | None = None) -> tuple[str, str]:
     """Write ``trace`` as the iteration's HTML report and logtree JSON through ``storage``.
 
-    Files (DESIGN.md §1): ``train_iteration_NNNNNN.html`` + ``..._logtree.json``, or
+    Files (README.md, "Files in a run"): ``train_iteration_NNNNNN.html`` + ``..._logtree.json``, or
     ``eval_<safe name>_iteration_NNNNNN...`` when ``eval_name`` is given. Each is
-    written atomically (``storage.write``); the JSON first.
+    written atomically (``storage.write``); the JSON first. The page links the run's
+    ``index.html`` and, for a train report, the previous and next iteration's report.
 
     Returns:
         ``(html_name, json_name)`` as written.
@@ -694,13 +753,36 @@ def write_trace(storage: Any, trace: Trace, iteration: int, eval_name: str | Non
     """
     html_name = artifact_name(iteration, "html", eval_name)
     json_name = artifact_name(iteration, "logtree", eval_name)
+    trace._nav = _neighbours(iteration, eval_name)
     if trace.path is None:
-        trace.path = f"{storage.url}/{html_name}"
+        trace.path = _normal_url(f"{storage.url}/{html_name}")
     from rllog._logtree_render import html_bytes
 
     storage.write(json_name, trace.to_json())
     storage.write(html_name, html_bytes(trace))
     return html_name, json_name
+
+
+def _neighbours(iteration: int, eval_name: str | None) -> list[tuple[str, str]]:
+    """Links of a written report: the run's ``index.html`` (written by ``rllog index``) and,
+    for a train report, the previous and next iteration's report by their conventional
+    names. The next one does not exist yet when this one is written (a static site may
+    show "not found" for the last iteration; the index lists what exists). Evaluations
+    run at intervals the report cannot know, so an eval report links the index only."""
+    nav = [("Run index", "index.html")]
+    if eval_name is None:
+        if iteration > 0:
+            nav.append((f"← iteration {iteration - 1}", artifact_name(iteration - 1, "html")))
+        nav.append((f"iteration {iteration + 1} →", artifact_name(iteration + 1, "html")))
+    return nav
+
+
+def _normal_url(url: str) -> str:
+    """``url`` with ``.`` and ``..`` segments resolved (``/a/../b`` -> ``/b``; ``gs://x/a/../b`` -> ``gs://x/b``)."""
+    scheme, sep, rest = url.rpartition("://")
+    if sep:
+        return f"{scheme}://{posixpath.normpath(rest)}"
+    return os.path.normpath(url)
 
 
 @contextmanager
@@ -717,8 +799,9 @@ def iteration_trace(
     """Trace one iteration (or one evaluation) and write its report at the end.
 
     The body runs with a fresh :class:`Trace` current (module calls go into it). When the
-    block ends, normally or by an exception (recorded in the trace, then re-raised),
-    :func:`write_trace` writes the HTML and JSON. A storage failure there never
+    block ends, normally or by an exception (recorded in the trace, at the top of the
+    page when raised outside every scope, then re-raised), :func:`write_trace` writes
+    the HTML and JSON. Odd data given to content calls is reported through ``warn`` too. A storage failure there never
     propagates: it is reported through ``warn(kind, message)`` (``RunLogger._warn_once``;
     default :func:`warnings.warn`) naming the files not written.
 
@@ -730,8 +813,13 @@ def iteration_trace(
     if title is None:
         title = f"Train iteration {iteration}" if eval_name is None else f"Evaluation {eval_name}, iteration {iteration}"
     with open_trace(title, num_groups_to_log=num_groups_to_log, strict_json=strict_json) as trace:
+        trace._warn = warn
         try:
             yield trace
+        except BaseException as exc:  # record before the report is written below
+            if not isinstance(exc, GeneratorExit):
+                trace._record_exception(exc)
+            raise
         finally:
             try:
                 write_trace(storage, trace, iteration, eval_name)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import os
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,15 +78,19 @@ def plot_runs(
         One :class:`PlottedLine` per (run, key) that was drawn.
 
     Raises:
-        ValueError: no keys, an unknown suffix, ``smooth`` < 0, or no run has a key
-            (the message lists the run's numeric keys).
+        ValueError: no keys, an unknown suffix, ``smooth`` < 0, no run has a key
+            (the message lists the run's keys), or no key has a numeric value.
+
+    Warns:
+        RuntimeWarning: a key has no numeric value in any run (e.g. a string-valued
+            metric): its panel is drawn empty.
         ImportError: matplotlib is not installed (names the ``plot`` extra).
         FileNotFoundError: a run has no metrics.jsonl.
     """
     import numpy as np
     import pandas as pd
 
-    from rllog._runsource import open_run
+    from rllog._runsource import open_run, write_bytes
 
     if not keys:
         raise ValueError("plot needs at least one metric key (-k KEY)")
@@ -105,10 +110,16 @@ def plot_runs(
     if x is None:
         x = "progress/batch" if all("progress/batch" in v.metrics.columns for v in views) else "step"
     lines: list[PlottedLine] = []
+    numbers = {key: [v for v in views if _has_numbers(v, key)] for key in keys}
     for key in keys:
         if not any(key in v.metrics.columns for v in views):
             numeric = [c for c in views[0].metrics.columns if c != views[0].step_key]
             raise ValueError(f"no run has metric {key!r}; keys of {views[0].url}: {numeric[:40]}")
+    empty = [k for k in keys if not numbers[k]]
+    if len(empty) == len(keys):
+        raise ValueError(f"no run has numeric values for {empty}: nothing to plot (string-valued metrics cannot be drawn)")
+    for key in empty:
+        warnings.warn(f"{key!r} has no numeric values in any run (string-valued?); its panel is empty", RuntimeWarning, stacklevel=2)
     with matplotlib.rc_context({"path.simplify": False, "svg.hashsalt": "rllog", "svg.fonttype": "none"}):
         fig = Figure(figsize=(width, panel_height * len(keys)), layout="constrained")
         axes = fig.subplots(len(keys), 1, squeeze=False)[:, 0]
@@ -145,8 +156,17 @@ def plot_runs(
                 ax.legend(fontsize=8, loc="best")
         buf = io.BytesIO()
         fig.savefig(buf, format=fmt, dpi=110)
-    _write_bytes(os.fspath(out), buf.getvalue())
+    write_bytes(os.fspath(out), buf.getvalue())
     return lines
+
+
+def _has_numbers(view: Any, key: str) -> bool:
+    """True if ``key`` has a number (finite, or logged as NaN/Inf) in the run."""
+    import pandas as pd
+
+    if key not in view.metrics.columns:
+        return False
+    return bool(view.nonfinite.get(key)) or bool(pd.to_numeric(view.metrics[key], errors="coerce").notna().any())
 
 
 def _logged_bad_rows(view: Any, key: str) -> np.ndarray:
@@ -157,13 +177,3 @@ def _logged_bad_rows(view: Any, key: str) -> np.ndarray:
     if not steps or view.step_key not in view.metrics.columns:
         return np.zeros(0, dtype=np.int64)
     return np.flatnonzero(view.metrics[view.step_key].isin(steps).to_numpy())
-
-
-def _write_bytes(out: str, data: bytes) -> None:
-    if "://" in out:
-        import fsspec
-
-        with fsspec.open(out, "wb") as f:
-            f.write(data)
-    else:
-        Path(out).expanduser().write_bytes(data)

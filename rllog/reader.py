@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rllog._jsonl import TORN_SUFFIX, JsonlTail
-from rllog._names import ARTIFACT_KINDS, parse_artifact_name
+from rllog._names import ARTIFACT_KINDS, parse_artifact_name, safe_eval_name
 from rllog._segments import StepResolver
 from rllog.checkpoints import CHECKPOINTS_FILE
 from rllog.encoding import decode_json
@@ -87,7 +87,7 @@ class Iteration:
 def parse_iteration_file(name: str) -> Artifact | None:
     """The :class:`Artifact` a run file name stands for, else None.
 
-    Knows the DESIGN.md names (``train_iteration_000012.html``,
+    Knows the rllog names (README.md "Files in a run": ``train_iteration_000012.html``,
     ``eval_<name>_iteration_000012_logtree.json``, ...), the old flat tinker-cookbook
     ``iteration_000012.html`` (train) and the nested ``iteration_000012/train.html``,
     ``iteration_000012/eval_<name>_rollout_summaries.jsonl`` layout.
@@ -140,6 +140,7 @@ class Run:
         self._trl_state = trl_state
         self._frames: dict[str, tuple[int, Any]] = {}
         self._iterations: list[Iteration] | None = None
+        self._display_names: dict[str, str] = {}
         self._load()
 
     # -- loading -------------------------------------------------------------------------
@@ -255,7 +256,7 @@ class Run:
 
     @property
     def merged_rows(self) -> int:
-        """Rows merged into a previous row of the same step (eval-only rows, summary rows)."""
+        """Rows merged into an earlier row of the same step (eval-only rows, summary rows, late eval results)."""
         return self._resolver.merged
 
     def _frame(self, what: str, build) -> pd.DataFrame:
@@ -347,8 +348,43 @@ class Run:
             ]
         return self._iterations
 
+    def eval_display_name(self, eval_name: str) -> str:
+        """The evaluator's name as logged (``"my eval set 1"``) for the file-safe name that
+        :attr:`iterations` shows (``"my_eval_set_1-h7276ba2863"``).
+
+        Read from the first record of one of its rollout summaries (``"split":
+        "eval/<name>"``), else from a logtree JSON title (``"Evaluation <name>, iteration
+        N"``); ``eval_name`` itself when neither says. Reads at most one file, once.
+        """
+        if eval_name not in self._display_names:
+            self._display_names[eval_name] = self._find_display_name(eval_name) or eval_name
+        return self._display_names[eval_name]
+
+    def _find_display_name(self, eval_name: str) -> str | None:
+        arts = [a for it in self.iterations for a in it.artifacts if a.eval_name == eval_name]
+        for a in arts:
+            if a.kind == "rollout_summaries":
+                head = self.storage.read_range(a.name, 0, 65_536).split(b"\n", 1)[0]
+                try:
+                    split = decode_json(head).get("split")
+                except (ValueError, AttributeError):
+                    continue
+                if isinstance(split, str) and split.startswith("eval/"):
+                    return split[len("eval/") :]
+        for a in arts:
+            if a.kind == "logtree":
+                try:
+                    title = self.logtree(a.iteration, eval_name).get("title")
+                except (OSError, ValueError):
+                    continue
+                m = re.fullmatch(r"Evaluation (.+), iteration \d+", title or "")
+                if m:
+                    return m.group(1)
+        return None
+
     def artifact(self, iteration: int, kind: str, eval_name: str | None = None) -> Artifact:
-        """The artifact of ``kind`` for ``iteration`` (train, or evaluator ``eval_name``).
+        """The artifact of ``kind`` for ``iteration`` (train, or evaluator ``eval_name``: the
+        file-safe name of :attr:`iterations` or the name as logged).
 
         Raises:
             FileNotFoundError: the run has no such artifact; the message lists what that
@@ -357,6 +393,8 @@ class Run:
         for it in self.iterations:
             if it.iteration == iteration:
                 found = it.find(kind, eval_name)
+                if found is None and eval_name is not None:
+                    found = it.find(kind, safe_eval_name(eval_name))
                 if found is not None:
                     return found
                 have = ", ".join(a.name for a in it.artifacts)
@@ -387,7 +425,7 @@ class Run:
         return tree
 
     def rollout_summaries(self, iteration: int, eval_name: str | None = None) -> list[dict[str, Any]]:
-        """The per-trajectory rollout summaries of an iteration (one dict per trajectory, DESIGN.md §1),
+        """The per-trajectory rollout summaries of an iteration (one dict per trajectory, README.md "Rollout summaries"),
         read on each call. Damaged lines are skipped and reported in :attr:`warnings`. For typed
         records (:class:`rllog.TrajectorySummary`) or a DataFrame use :func:`rllog.read_rollouts`
         and :func:`rllog.rollouts_dataframe`.
@@ -487,11 +525,11 @@ def read_run(log_path: str | os.PathLike[str] | Storage, *, step_key: str | None
         storage = open_storage(url, **storage_options)
         if "." not in name or storage.exists(METRICS_FILE) or not parent:
             if not storage.list():
-                raise FileNotFoundError(f"no run at {url}: no files there")
+                raise FileNotFoundError(f"no run at {url}: no files there (expected a folder with metrics.jsonl, a .jsonl file or trainer_state.json)")
             return Run(storage, METRICS_FILE, step_key=step_key)
         storage = open_storage(parent, **storage_options)
         if not storage.exists(name):
-            raise FileNotFoundError(f"no run at {url}: no such file or folder")
+            raise FileNotFoundError(f"no run at {url}: no such file or folder (expected a folder with metrics.jsonl, a .jsonl file or trainer_state.json)")
     if name.endswith(".json"):
         try:
             state = decode_json(storage.read(name))

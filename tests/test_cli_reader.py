@@ -80,7 +80,7 @@ def test_tail_prints_the_last_rows(tmp_path):
     out = invoke("tail", "-n", "1", "-k", "optim/entropy", "-k", "missing", str(tmp_path / "run/metrics.jsonl"))
     assert out.strip() == "step=4  optim/entropy=0.6  missing=-"
     result = CliRunner().invoke(main, ["tail", str(tmp_path / "missing")])
-    assert result.exit_code == 1 and "no run folder at" in result.output and not (tmp_path / "missing").exists()
+    assert result.exit_code == 2 and "no run folder at" in result.output and not (tmp_path / "missing").exists()
 
 
 def test_import_commands_then_summary(tmp_path):
@@ -90,7 +90,7 @@ def test_import_commands_then_summary(tmp_path):
     out = invoke("import", "trl", str(state), str(tmp_path / "trl"))
     assert "168 rows, steps 1..160; config.json written" in out
     result = CliRunner().invoke(main, ["import", "trl", str(state), str(tmp_path / "trl")])
-    assert result.exit_code == 1 and "already exists" in result.output
+    assert result.exit_code == 2 and "already exists" in result.output
     invoke("import", "trl", "--force", str(state), str(tmp_path / "trl"))
     events = next(REALDATA.rglob("events.out.tfevents.1766306229*")).parent
     out = invoke("import", "tensorboard", str(events), str(tmp_path / "tb"))
@@ -130,3 +130,40 @@ def test_tail_follow_shows_a_new_row_within_a_second(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["summary", "{missing}"],
+        ["summary", "memory://rllog-cli-nothing-here"],
+        ["tail", "{missing}"],
+        ["tail", "memory://rllog-cli-nothing-here"],
+        ["diff", "{run}", "{missing}"],
+        ["diff", "{missing}", "{run}"],
+        ["doctor", "{missing}"],
+        ["index", "{missing}"],
+        ["plot", "{missing}", "-k", "optim/entropy", "-o", "{tmp}/p.svg"],
+        ["import", "trl", "{missing}/trainer_state.json", "{tmp}/out"],
+        ["import", "tensorboard", "{missing}", "{tmp}/out"],
+    ],
+)
+def test_every_command_with_a_missing_path_prints_a_clean_error(tmp_path, args):
+    make_run(tmp_path / "run", 1e-3)
+    paths = {"missing": str(tmp_path / "missing"), "run": str(tmp_path / "run"), "tmp": str(tmp_path)}
+    result = CliRunner().invoke(main, [a.format(**paths) for a in args])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("Error: ") and "Traceback" not in result.output
+    assert "expected" in result.output  # what was expected, not only what was found
+    assert not (tmp_path / "missing").exists() and not (tmp_path / "out").exists()
+
+
+def test_summary_and_index_count_the_same_metrics(tmp_path):
+    with RunLogger(tmp_path / "run", code_diff=False) as logger:
+        for s in range(3):
+            logger.log_metrics(s, {"loss": 1.0 / (s + 1), "phase": "warmup", "test/reward": 0.5})
+    info = json.loads(invoke("summary", "--json", str(tmp_path / "run")))
+    assert info["metrics"] == 3 and info["columns"] == 4  # loss, phase, test/reward + the step column
+    assert "columns      the step column + 3 metrics (1 eval)" in invoke("summary", str(tmp_path / "run"))
+    invoke("index", str(tmp_path / "run"))
+    assert "<li>3 metrics</li>" in (tmp_path / "run" / "index.html").read_text()

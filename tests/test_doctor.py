@@ -1,10 +1,11 @@
-"""The doctor finds the planted problems of seed 003, nothing on healthy runs, and runs on real data."""
+"""The doctor finds planted PPO/GRPO stability problems (TRL logging docs, verl, OpenRLHF names), nothing on healthy runs, and runs on real data."""
 
 from __future__ import annotations
 
 import json
 import math
 
+import msgspec
 import pandas as pd
 import pytest
 from _doctor_runs import REALDATA, healthy_rows, planted, real_runs, write_run
@@ -108,7 +109,45 @@ def test_inf_found_without_nonfinite_map_and_missing_keys_are_not_nan():
     df.loc[3:9, "reward"] = math.nan  # could be missing keys: not reported without the map
     (f,) = diagnose(df)
     assert (f.check, f.metric, f.steps) == ("nonfinite", "loss/policy_avg", [(7, 7)])
-    assert f.to_dict()["value"] == "NaN" and json.dumps(f.to_dict())  # strict JSON
+    assert f.to_dict()["value"] == "Infinity" and json.dumps(f.to_dict())  # strict JSON
+    assert f.message.startswith("loss/policy_avg is Infinity at step(s) 7")
+    df.loc[8, "loss/policy_avg"] = -math.inf
+    (f,) = diagnose(df, nonfinite={"loss/policy_avg": [2]})
+    assert f.to_dict()["value"] == "Infinity" and f.steps == [(2, 2), (7, 8)] and "is NaN/Infinity/-Infinity" in f.message
+    df.loc[7, "loss/policy_avg"] = 1.0
+    assert diagnose(df)[0].to_dict()["value"] == "-Infinity"
+
+
+def test_verl_and_openrlhf_keys_are_checked():
+    n = 30
+    verl = pd.DataFrame({
+        "step": range(n),
+        "actor/ppo_kl": [0.5] * n,  # approx KL between consecutive policies, far too high
+        "actor/pg_clipfrac": [0.6] * n,
+        "actor/entropy": [1.0] * 10 + [0.001] * (n - 10),
+        "critic/vf_loss": [1.0] * 20 + [50.0] + [1.0] * (n - 21),
+        "response_length/clip_ratio": [0.9] * n,
+        "critic/score/mean": [0.5] * n,
+    })
+    found = {(f.check, f.metric) for f in diagnose(verl)}
+    assert found >= {("approx_kl", "actor/ppo_kl"), ("clip_fraction", "actor/pg_clipfrac"), ("entropy_collapse", "actor/entropy"),
+                     ("value_loss_spike", "critic/vf_loss"), ("clipped_completions", "response_length/clip_ratio")}
+    openrlhf = pd.DataFrame({  # wandb names carry train/, stripped
+        "step": range(n), "train/ppo_kl": [0.3] * n, "train/ppo_clip_ratio": [0.5] * n, "train/kl": [-0.2] * n,
+        "train/policy_entropy": [2.0] * 10 + [9.0] * (n - 10), "train/critic_loss": [1.0] * n,
+    })
+    found = {(f.check, f.metric) for f in diagnose(openrlhf)}
+    assert found >= {("approx_kl", "train/ppo_kl"), ("clip_fraction", "train/ppo_clip_ratio"), ("kl_negative", "train/kl"),
+                     ("entropy_rise", "train/policy_entropy")}
+
+
+def test_diagnose_takes_a_run_or_says_what_it_takes(tmp_path):
+    from rllog import read_run
+
+    path = write_run(tmp_path / "bad", planted("ratio"))
+    assert [f.check for f in diagnose(read_run(path))] == [f.check for f in check_run(path)] == ["ratio"]
+    with pytest.raises(TypeError, match="check_run"):
+        diagnose(str(path))
 
 
 def test_nonfinite_cells_counts_only_logged_values():
@@ -157,8 +196,25 @@ def test_cli_exit_codes_and_json(tmp_path):
     assert cli.invoke(main, ["doctor", str(tmp_path / "missing")]).exit_code == 2
     assert not (tmp_path / "missing").exists()  # reading never creates a folder
     assert cli.invoke(main, ["doctor", str(bad), "--set", "nope=1"]).exit_code == 2
+    res = cli.invoke(main, ["doctor", str(bad), "--set", "ratio_high=abc"])
+    assert res.exit_code == 2 and "ratio_high must be a number, got 'abc'" in res.output and "msgspec" not in res.output
     res = cli.invoke(main, ["doctor", "--list-thresholds"])
-    assert res.exit_code == 0 and "ratio_high = 2.0" in res.output
+    assert res.exit_code == 0
+    line = next(ln for ln in res.output.splitlines() if ln.startswith("ratio_high"))
+    assert "2.0" in line and "val/ratio" in line  # default and a one-line description
+    assert len(res.output.splitlines()) >= len(msgspec.structs.fields(Thresholds))
+    assert "seed 0" not in cli.invoke(main, ["doctor", "--help"]).output
+
+
+def test_doctor_json_keeps_infinity(tmp_path):
+    rows = healthy_rows()
+    rows[5]["loss/value_avg"] = math.inf
+    run = tmp_path / "inf"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")  # json writes Infinity
+    out = json.loads(CliRunner().invoke(main, ["doctor", str(run), "--json"]).output)
+    (f,) = [f for f in out["findings"] if f["check"] == "nonfinite"]
+    assert f["value"] == "Infinity" and f["steps"] == [[5, 5]]
 
 
 @pytest.mark.skipif(not REALDATA.is_dir(), reason=f"real data folder missing: {REALDATA}")

@@ -175,3 +175,32 @@ def test_index_beside_single_metrics_files(tmp_path):
     shutil.copyfile(REALDATA / "trl/Rusheel86__Chaos-Economy/trainer_state.json", tmp_path / "trainer_state.json")
     url, findings = write_index(tmp_path / "trainer_state.json")
     assert url.endswith("/trainer_state_index.html") and "clipped_completions" in {f.check for f in findings}
+
+
+def test_index_extra_keys_out_elsewhere_sparse_markers_and_config_keys(tmp_path):
+    rows = healthy_rows(40)
+    for i, row in enumerate(rows):
+        row["my/custom"] = float(i % 7)
+        if i % 10 == 0:
+            row["test/reward"] = i / 40  # an eval every 10 steps: sparse
+    config = {"optimizer": {"learning_rate_schedule_warmup_steps": 100}, "note": "a long value " * 20}
+    run = write_run(tmp_path / "run", rows, config, files=["train_iteration_000003.html"])
+    run.chmod(0o555)  # a read-only run
+    try:
+        out = tmp_path / "site" / "page.html"
+        out.parent.mkdir()
+        res = CliRunner().invoke(main, ["index", str(run), "-k", "my/custom", "-k", "test/reward", "-o", str(out)])
+        assert res.exit_code == 0, res.output
+        assert not (run / "index.html").exists()
+    finally:
+        run.chmod(0o755)
+    html = out.read_text()
+    keys = re.findall(r'<figure class="chart[^"]*" data-key="([^"]+)"', html)
+    assert keys[:2] == ["my/custom", "test/reward"]
+    assert 'href="../run/train_iteration_000003.html"' in html  # links into the run from elsewhere
+    figures = {m.group(1): m.group(0) for m in re.finditer(r'data-key="([^"]+)".*?</figure>', html, re.DOTALL)}
+    assert figures["test/reward"].count('class="pt"') == 4  # every value of the sparse metric marked
+    assert 'class="pt"' not in figures["my/custom"]  # 40 values, every step: a plain line
+    assert '<td class="ck">optimizer.learning_rate_schedule_warmup_steps</td>' in html
+    res = CliRunner().invoke(main, ["index", str(run), "-k", "nope"])
+    assert res.exit_code == 2 and "'nope' is not a metric" in res.output

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import uuid
+import warnings
 from html.parser import HTMLParser
 
 import pytest
@@ -152,12 +154,12 @@ def test_golden_html_structure():
     assert traj.children[0].tag == "h4" and traj.children[0].text == "Trajectory 0"
     msgs = traj.find("div", "lt-conversation").find_all("div", "lt-msg")
     assert [m.attrs["class"].split()[1] for m in msgs] == ["lt-msg-system", "lt-msg-user", "lt-msg-assistant", "lt-msg-tool"]
-    assert [m.find("div", "lt-role").text for m in msgs] == ["system", "user", "assistant", "tool"]
+    assert [m.find("div", "lt-role").text for m in msgs] == ["system", "user", "assistant", "tool call c1"]
     assistant = msgs[2]
     assert assistant.find("details", "lt-thinking").find("div", "lt-code").text == "2 plus 3 is 5"
     assert assistant.find_all("div", "lt-text")[0].text == "5"
     call = assistant.find("div", "lt-tool-call")
-    assert call.find("code").text == "calc" and call.find("div", "lt-code").text == '{"x": "2+3"}'
+    assert call.find("code").text == "calc" and call.find("div", "lt-code").text == '{\n  "x": "2+3"\n}'
     assert "image" in assistant.find("span", "lt-image").text
     table = traj.find("table")
     assert table.find("caption").text == "Steps"
@@ -263,8 +265,37 @@ def test_exception_recorded_once_reraised_and_report_written():
 
 def test_exception_outside_scopes_recorded_at_top():
     with pytest.raises(KeyError), logtree.open_trace("t") as trace:
+        logtree.text("before")
         raise KeyError("k")
-    assert trace.root.children[-1].data["exc_type"] == "KeyError"
+    assert trace.root.children[0].data["exc_type"] == "KeyError"
+
+
+def test_exception_in_the_iteration_body_is_in_the_written_report(tmp_path):
+    from rllog import RunLogger
+
+    with RunLogger(tmp_path, code_diff=False) as logger:
+        with pytest.raises(ValueError, match="bad batch"), logger.iteration(3):
+            logtree.text("sampled")
+            raise ValueError("bad batch")
+    doc = json.loads((tmp_path / "train_iteration_000003_logtree.json").read_text())
+    first = doc["root"]["children"][0]["data"]
+    assert (first["type"], first["exc_type"], first["message"]) == ("exception", "ValueError", "bad batch")
+    assert 'raise ValueError("bad batch")' in first["traceback"]
+    main = parse((tmp_path / "train_iteration_000003.html").read_text()).find("main")
+    box = main.find("details", "lt-exception")
+    assert box.find("summary").text == "Exception: ValueError: bad batch"
+    body = [e for e in main.find("div", "lt-card").children if not isinstance(e, str)]
+    assert [e.tag for e in body[:3]] == ["header", "details", "p"]  # the exception before the content
+
+
+def test_json_path_is_normalised(tmp_path):
+    storage = LocalStorage(str(tmp_path / "a" / ".." / "run"))
+    with logtree.open_trace("t") as trace:
+        pass
+    logtree.write_trace(storage, trace, 1)
+    path = json.loads(storage.read("train_iteration_000001_logtree.json"))["path"]
+    assert path == str(tmp_path / "run" / "train_iteration_000001.html") and ".." not in path
+    assert logtree._normal_url("gs://b/x/../run/f.html") == "gs://b/run/f.html"
 
 
 def test_long_text_folded_in_html_full_in_json():
@@ -294,14 +325,13 @@ def test_table_shapes_and_errors():
         logtree.table([(1, 2), (3, 4)], columns=["x", "y"])
         np = pytest.importorskip("numpy")
         logtree.table({"v": np.arange(2)}, caption="np")
-        with pytest.raises(ValueError, match="equal lengths"):
+        # odd shapes never raise into the loop: warned once, shown as well as they go
+        with pytest.warns(RuntimeWarning, match="different lengths") as warned:
             logtree.table({"a": [1], "b": [1, 2]})
-        with pytest.raises(TypeError, match="every key"):
             logtree.table({"a": [1], "b": 2})
-        with pytest.raises(ValueError, match="row 0 has 1 cells"):
             logtree.table([[1]], columns=["a", "b"])
-        with pytest.raises(TypeError, match="list of dicts"):
             logtree.table(42)
+    assert len(warned) == 1
     tables = [n.data for n in trace.root.children]
     assert [(t["columns"], t["rows"]) for t in tables] == [
         (["a", "b"], [[1, None], [2, "x"]]),
@@ -309,18 +339,71 @@ def test_table_shapes_and_errors():
         (["key", "value"], [["lr", 0.1], ["model", "m"]]),
         (["x", "y"], [[1, 2], [3, 4]]),
         (["v"], [[0], [1]]),
+        (["a", "b"], [[1, 1], [None, 2]]),
+        (["key", "value"], [["a", "[1]"], ["b", 2]]),
+        (["a", "b"], [[1, None]]),
+        (["value"], [[42]]),
     ]
     assert type(tables[4]["rows"][0][0]) is int
 
 
-def test_bad_arguments_fail_fast():
-    with logtree.open_trace("t"):
-        with pytest.raises(TypeError, match="text must be a str"):
+def test_odd_content_warns_once_never_raises_and_shows_a_repr():
+    class Broken:
+        def __repr__(self):
+            raise RuntimeError("no repr")
+
+        def model_dump(self):
+            raise RuntimeError("no dump")
+
+    with pytest.warns(RuntimeWarning, match="logtree.text expects a str, got bytes") as warned:
+        with logtree.open_trace("t") as trace:
             logtree.text(b"bytes")
-        with pytest.raises(TypeError, match="message 1 needs a str 'role'"):
-            logtree.conversation([{"role": "user", "content": "x"}, {"content": "y"}])
-        with pytest.raises(TypeError, match="list of messages"):
+            logtree.conversation([{"role": "user", "content": "x"}, {"content": "y"}, "plain", {"role": "user", "content": 7}])
             logtree.conversation("hello")
+            logtree.conversation({"role": "user", "content": "one"})
+            logtree.conversation([Broken()])
+            logtree.html(3)
+            with logtree.scope(5):
+                logtree.table([[1, 2]], columns=["a"], caption=1.5)
+    assert len(warned) == 1 and "warned once per report" in str(warned[0].message)
+    kids = trace.root.children
+    assert kids[0].children == ["b'bytes'"]
+    assert kids[1].data["messages"] == [{"role": "user", "content": "x"}, {"content": "y"}, "plain", {"role": "user", "content": 7}]
+    assert kids[2].data["messages"] == ["hello"] and kids[3].data["messages"] == [{"role": "user", "content": "one"}]
+    assert kids[4].data["messages"] == ["<list: repr() failed: RuntimeError>"]
+    assert kids[5].children == ["3"] and kids[6].children[0].children == ["5"]
+    assert kids[6].children[1].data == {"type": "table", "columns": ["a", ""], "rows": [[1, 2]], "caption": "1.5"}
+    dom = parse(trace.to_html())
+    convs = dom.find_all("div", "lt-conversation")
+    assert [m.find("div", "lt-role").text for m in convs[0].find_all("div", "lt-msg")] == ["user", "?", "? not a message dict", "user"]
+    assert convs[0].find_all("div", "lt-msg")[3].find("div", "lt-code").text == "7"
+    assert convs[1].find("div", "lt-code").text == '"hello"'
+
+
+def test_openai_tool_call_messages_render_and_stay_as_logged():
+    call = {"id": "call_9", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}
+    messages = [
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_9", "name": "get_weather", "content": '{"temp_c": 3}'},
+        {"role": "assistant", "content": "3 °C."},
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with logtree.open_trace("t") as trace:
+            logtree.conversation(messages)
+    assert json.loads(trace.to_json())["root"]["children"][0]["data"]["messages"] == messages
+    msgs = parse(trace.to_html()).find("div", "lt-conversation").find_all("div", "lt-msg")
+    assert [m.find("div", "lt-role").text for m in msgs] == ["user", "assistant", "tool result of get_weather · call call_9", "assistant"]
+    tc = msgs[1].find("div", "lt-tool-call")
+    assert tc.find("code").text == "get_weather" and tc.find("span", "lt-note").text == "id call_9"
+    assert tc.find("div", "lt-code").text == '{\n  "city": "Oslo"\n}'
+    assert not msgs[1].find_all("div", "lt-text")  # content None: no text box
+    assert msgs[2].find("div", "lt-text").text == '{"temp_c": 3}'
+
+
+def test_bad_structure_fails_fast():
+    with logtree.open_trace("t"):
         with pytest.raises(ValueError, match="needs a group"):
             logtree.trajectory_stats(0, total_reward=1.0)
         with pytest.raises(TypeError, match="group_idx must be an int"):
@@ -550,3 +633,32 @@ def test_demo_writes_reports_every_iteration_and_periodic_evaluation(tmp_path):
     assert len(ev["root"]["children"][-1]["children"][1]["data"]["trajectories"]) == 400  # 100 prompts x 4 samples
     dom = parse((tmp_path / "train_iteration_000002.html").read_text())
     assert len(dom.find_all("details", "lt-group")) == 2 and len(dom.find_all("details", "lt-traj-group")) == 6
+
+
+def test_written_report_links_index_and_neighbouring_iterations(tmp_path):
+    storage = LocalStorage(str(tmp_path))
+    for i in (0, 1):
+        with logtree.iteration_trace(storage, i):
+            logtree.text("x")
+    with logtree.iteration_trace(storage, 1, eval_name="held out"):
+        pass
+    def nav(name):
+        return [(a.text, a.attrs["href"]) for a in parse((tmp_path / name).read_text()).find("nav", "lt-nav").find_all("a")]
+    assert nav("train_iteration_000000.html") == [("Run index", "index.html"), ("iteration 1 →", "train_iteration_000001.html")]
+    assert nav("train_iteration_000001.html") == [
+        ("Run index", "index.html"), ("← iteration 0", "train_iteration_000000.html"), ("iteration 2 →", "train_iteration_000002.html")]
+    eval_page = next(p.name for p in tmp_path.glob("eval_*_iteration_000001.html"))
+    assert nav(eval_page) == [("Run index", "index.html")]
+
+
+def test_wide_table_scrolls_and_keeps_headers_and_numbers_whole():
+    with logtree.open_trace("t") as trace:
+        logtree.table([{f"metric_name_{j}": 0.123456789 * j for j in range(30)}])
+    dom = parse(trace.to_html())
+    assert dom.find("div", "lt-table-wrap").find("table")
+    cells = dom.find("table").find_all("td")
+    assert all(c.attrs.get("class") == "lt-num" for c in cells) and cells[1].text == "0.123457"
+    css = dom.find("style").text
+    assert re.search(r"\.lt-table-wrap \{[^}]*overflow-x: auto", css)
+    assert re.search(r"th \{[^}]*white-space: nowrap", css) and re.search(r"td\.lt-num \{[^}]*white-space: nowrap", css)
+    assert "overflow-wrap: anywhere" not in re.search(r"th, td \{[^}]*\}", css).group(0)

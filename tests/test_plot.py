@@ -87,7 +87,7 @@ def test_errors(tmp_path):
     with pytest.raises(ValueError, match=r"\.png"):
         plot_runs([run], ["reward"], tmp_path / "p.gif")
     res = CliRunner().invoke(main, ["plot", str(run), "-k", "nope", "-o", str(tmp_path / "p.png")])
-    assert res.exit_code == 1 and "nope" in res.output and not (tmp_path / "p.png").exists()
+    assert res.exit_code == 2 and "nope" in res.output and not (tmp_path / "p.png").exists()
 
 
 @pytest.mark.skipif(not REALDATA.is_dir(), reason=f"real data folder missing: {REALDATA}")
@@ -104,3 +104,13 @@ def test_real_runs_overlaid(tmp_path):
     assert [len(l.y) for l in lines] == [29, 113, 3, 23]  # eval rows are sparse: only rows that have them
     drawn = _svg_lines(tmp_path / "p.svg")
     assert [sum(map(len, drawn[l.gid])) for l in lines] == [len(l.y) for l in lines]
+
+
+def test_string_valued_metric_is_reported_not_drawn_silently(tmp_path):
+    rows = [{**r, "phase": "warmup" if r["step"] < 5 else "main"} for r in healthy_rows(10)]
+    run = write_run(tmp_path / "run", rows)
+    res = CliRunner().invoke(main, ["plot", str(run), "-k", "phase", "-k", "reward", "-o", str(tmp_path / "p.svg")])
+    assert res.exit_code == 0 and "warning: 'phase' has no numeric values in any run" in res.stderr
+    assert (tmp_path / "p.svg").exists()
+    res = CliRunner().invoke(main, ["plot", str(run), "-k", "phase", "-o", str(tmp_path / "q.svg")])
+    assert res.exit_code == 2 and "no run has numeric values for ['phase']" in res.stderr and not (tmp_path / "q.svg").exists()

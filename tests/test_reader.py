@@ -96,46 +96,89 @@ def test_restart_supersedes_the_abandoned_steps(tmp_path):
     assert any("1 restart(s)" in w and "line 6" in w for w in run.warnings)
 
 
-def test_same_step_contradiction_is_a_restart(tmp_path):
-    write_lines(tmp_path / "metrics.jsonl", '{"step":0,"t":1.0}', '{"step":0,"t":2.0}', '{"step":0,"t":NaN}', '{"step":0,"t":NaN}')
+def test_same_step_clash_is_a_restart(tmp_path):
+    write_lines(tmp_path / "metrics.jsonl", '{"step":0,"t":1.0}', '{"step":0,"t":2.0}', '{"step":0,"t":NaN}', '{"step":0,"t":NaN,"u":1}')
     run = read_run(tmp_path)
-    assert len(run.rows) == 1 and math.isnan(run.rows[0]["t"])
-    assert run.restarts == [(2, 0), (3, 0)]  # NaN repeated is not a contradiction: line 4 merged
+    assert len(run.rows) == 1 and math.isnan(run.rows[0]["t"]) and run.rows[0]["u"] == 1
+    assert run.restarts == [(2, 0), (3, 0)]  # NaN repeated is not a clash: line 4 adds "u", merged
     assert run.merged_rows == 1 and len(run.superseded) == 2
+
+
+def test_an_unchanged_replay_of_earlier_steps_is_a_restart(tmp_path):
+    # a deterministic resume re-logs steps 1..2 unchanged, then diverges
+    rows = [{"step": s, "loss": float(s)} for s in range(4)] + [{"step": 1, "loss": 1.0}, {"step": 2, "loss": 2.0}, {"step": 3, "loss": 9.0}]
+    write_lines(tmp_path / "metrics.jsonl", *map(json.dumps, rows))
+    run = read_run(tmp_path)
+    assert run.restarts == [(5, 1)] and run.superseded["_line"].tolist() == [2, 3, 4]
+    assert [r["loss"] for r in run.rows] == [0.0, 1.0, 2.0, 9.0]
+
+
+def test_late_eval_rows_merge_into_their_step(tmp_path):
+    # async eval: the result for step i-2 arrives while step i trains; it clashes with nothing
+    rows = []
+    for i in range(20):
+        rows.append({"step": i, "train/loss": 1.0 / (i + 1)})
+        if i >= 2 and i % 5 == 2:
+            rows.append({"step": i - 2, "test/reward": float(i)})
+    write_lines(tmp_path / "metrics.jsonl", *map(json.dumps, rows))
+    run = read_run(tmp_path)
+    assert [r["step"] for r in run.rows] == list(range(20))
+    assert run.train_metrics["train/loss"].tolist() == [1.0 / (i + 1) for i in range(20)]
+    assert run.eval_metrics["step"].tolist() == [0, 5, 10, 15] and run.eval_metrics["test/reward"].tolist() == [2.0, 7.0, 12.0, 17.0]
+    assert run.restarts == [] and run.superseded.empty and run.merged_rows == 4 and run.warnings == []
+
+
+def test_late_row_for_an_unlogged_step_is_inserted_in_order():
+    resolver = StepResolver("step")
+    for line, row in enumerate([{"step": 0, "a": 1}, {"step": 10, "a": 2}, {"step": 5, "ev": 3}, {"step": 10, "a": 4}], 1):
+        resolver.add(line, row)
+    # step 5 had no row: inserted; step 10 re-logged with a different "a": a restart from 10
+    assert resolver.kept == [{"step": 0, "a": 1}, {"step": 5, "ev": 3}, {"step": 10, "a": 4}]
+    assert resolver.restarts == [(4, 10)] and resolver.superseded == [(2, {"step": 10, "a": 2})]
 
 
 # --- the rule as a property: simulated crashes and resumes ------------------------------------
 @st.composite
 def attempts(draw):
-    """Attempts of one run, each resuming at a step <= where the previous one stopped (+1)."""
+    """Attempts of one run, each resuming at a step <= where the previous one stopped (+1).
+
+    Each attempt logs a train row per step; some steps get an eval row, logged either with
+    the train row or late (``delay`` steps after it, by an asynchronous evaluator: lost if
+    the attempt stops first)."""
     out, end = [], -1
-    for k in range(draw(st.integers(1, 5))):
+    for _ in range(draw(st.integers(1, 5))):
         start = draw(st.integers(0, end + 1))
         end = start + draw(st.integers(0, 6))
-        evals = draw(st.sets(st.integers(start, end), max_size=3))
-        out.append((k, start, end, evals))
+        evals = draw(st.dictionaries(st.integers(start, end), st.integers(0, 3), max_size=3))
+        seed = draw(st.integers(0, 1))  # attempts with one seed log the same values: a deterministic replay
+        out.append((seed, start, end, evals))
     return out
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(attempts())
 def test_resolved_rows_are_the_last_attempts_timeline(plan):
     resolver = StepResolver("step")
     expected: dict[int, dict] = {}
     line = 0
-    for k, start, end, evals in plan:
+
+    def log(row):
+        nonlocal line
+        line += 1
+        resolver.add(line, row)
+        expected.setdefault(row["step"], {}).update(row)
+
+    for seed, start, end, evals in plan:
         expected = {s: row for s, row in expected.items() if s < start}
         for s in range(start, end + 1):
-            rows = [{"step": s, "loss": float(k * 100 + s), "attempt": k}]
-            if s in evals:
-                rows.append({"step": s, "eval_reward": float(k)})
-            for row in rows:
-                line += 1
-                resolver.add(line, row)
-            expected[s] = {key: v for row in rows for key, v in row.items()}
+            log({"step": s, "loss": float(seed * 100 + s)})
+            for e, delay in sorted(evals.items()):
+                if e + delay == s:  # the eval of step e finishes now (delay 0: with its train row)
+                    log({"step": e, "eval_reward": float(seed)})
     assert resolver.kept == [expected[s] for s in sorted(expected)]
     lines = sorted([ln for ln, _ in resolver.standing_rows()] + [ln for ln, _ in resolver.superseded])
     assert lines == list(range(1, line + 1))  # every row stands or is superseded, once
+    assert len(resolver.restarts) == sum(1 for i, (_, start, _, _) in enumerate(plan) if i and start <= plan[i - 1][2])
 
 
 # --- incremental reading ------------------------------------------------------------------------
@@ -270,3 +313,21 @@ def test_prefixed_metrics_file_under_a_uri():
     assert [n for n, _ in run.files()] == ["arith_checkpoints.jsonl", "arith_metrics.jsonl"]
     with pytest.raises(FileNotFoundError, match="no such file"):
         read_run(f"{base}/nope_metrics.jsonl")
+
+
+def test_evaluator_display_name_as_logged(tmp_path):
+    from rllog import logtree
+
+    with RunLogger(tmp_path, code_diff=False) as logger:
+        logger.log_metrics(0, {"loss": 1.0})
+        with logger.evaluation("my eval set 1", 0):
+            logtree.text("x")
+        with logger.evaluation("other/set", 1):
+            pass
+    run = read_run(tmp_path)
+    safe = run.iterations[0].eval_names
+    assert len(safe) == 1 and safe[0] != "my eval set 1"
+    assert run.eval_display_name(safe[0]) == "my eval set 1"
+    assert run.eval_display_name(run.iterations[1].eval_names[0]) == "other/set"
+    assert run.eval_display_name("never-logged") == "never-logged"
+    assert run.artifact(0, "html", "my eval set 1").name == run.artifact(0, "html", safe[0]).name  # either name works
