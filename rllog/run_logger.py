@@ -84,6 +84,9 @@ class RunLogger:
     Raises:
         TypeError, ValueError: on a bad ``log_path`` or argument.
         RuntimeError: another live process writes this (local) run and ``shared`` is not set.
+        StorageError: ``resume=True`` and the run's files cannot be read (a bucket that
+            does not answer); StoragePermanentError: the bucket is missing or access is
+            denied (found at open).
         ImportError: when the URL's fsspec backend is missing (names the package).
     """
 
@@ -189,6 +192,18 @@ class RunLogger:
         return None
 
     def _start(self, resume: bool) -> None:
+        storage = self.storage
+        try:
+            self._start_checks(resume)
+        except OSError as exc:
+            if resume:
+                raise StorageError(f"cannot resume {storage.url}: its files cannot be read ({exc})") from exc
+            self._note(
+                f"could not read {storage.url} at start ({exc}); skipped the check for torn last lines. "
+                "Rows are kept and uploaded when it answers."
+            )
+
+    def _start_checks(self, resume: bool) -> None:
         storage = self.storage
         for name in (METRICS_FILE, CHECKPOINTS_FILE):
             repaired = repair_torn_tail(storage, name)
@@ -570,15 +585,20 @@ class RunLogger:
         """Push everything logged so far to the backend; ``durable=True`` also fsyncs
         local files and waits for object-store uploads. Backend errors are warned about
         once and kept for retry, never raised."""
+        self._flush(durable)
+
+    def _flush(self, durable: bool) -> bool:
+        """:meth:`flush`; True when everything (held checkpoint records included) went out."""
         if not self.is_writer or self._closed:
-            return
+            return True
         with self._lock:
             self._drain()
         try:
             self.storage.flush(durable=durable)
         except OSError as exc:
             self._warn_once(f"flush:{type(exc).__name__}", f"could not flush {self.log_path}: {exc}")
-        self._commit_checkpoints()
+            return False
+        return self._commit_checkpoints() and not self._pending
 
     def close(self) -> None:
         """Flush durably and close the storage. Idempotent. Rows that still cannot be
@@ -588,9 +608,11 @@ class RunLogger:
             return
         if self._diff_thread is not None:
             self._diff_thread.join(timeout=30)
-        self.flush(durable=True)
-        if self._index and not self._worker:
-            self._write_index()
+        if self._flush(durable=True):
+            if self._index and not self._worker:
+                self._write_index()
+        elif hasattr(self.storage, "close_timeout"):  # the backend just failed a whole flush: do not wait as long again
+            self.storage.close_timeout = min(self.storage.close_timeout, 10.0)
         self._closed = True
         if self._unwritten_rollouts and not self._write_rollout_files():
             what = f"{len(self._unwritten_rollouts)} rollout summary file(s) could not be written to {self.log_path}"

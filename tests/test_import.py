@@ -76,7 +76,9 @@ def test_trl_rows_from_and_to_uris():
         {"eval_loss": 0.7, "eval_reward": 0.9, "epoch": 0.6, "step": 1},  # epoch differs: kept as eval_epoch
         {"train_runtime": 12.0, "train_loss": 0.5, "epoch": 0.5, "step": 1},  # summary row; epoch equal: dropped
     ]
-    open_storage(base).write("ckpt/trainer_state.json", trainer_state(history, hub_token="secret123"))
+    source = open_storage(base)
+    source.write("ckpt/trainer_state.json", trainer_state(history, hub_token="secret123"))
+    source.close()  # object-store writes are uploaded by flush/close
     report = import_trl(f"{base}/ckpt/trainer_state.json", f"{base}/run")
     assert report.rows == 3 and report.config and any("not a scalar" in n for n in report.notes)
     run = read_run(f"{base}/run")

@@ -254,6 +254,7 @@ def test_memory_run_round_trip():
     storage.write("train_iteration_000003_rollout_summaries.jsonl", b'{"iteration":3,"total_reward":1.0,"steps":[]}\n')
     storage.write("train_iteration_000003_logtree.json", b'{"title":"RL Iteration 3","root":{"tag":"body","attrs":{},"children":[]}}')
     storage.write("eval_test_iteration_000003.html", b"<html>eval</html>")
+    storage.close()  # object-store writes are uploaded (visible to other handles) by flush/close
     run = read_run(url)
     assert run.config == {"lr": 3e-4, "model": {"name": "tiny"}}
     assert run.metrics["env/all/reward/total"].tolist() == [0.0, 0.25, 0.5, 0.75]
@@ -307,6 +308,7 @@ def test_prefixed_metrics_file_under_a_uri():
     storage.write("arith_metrics.jsonl", b'{"step":0,"reward":0.5}\n{"step":1,"reward":0.75}\n')
     storage.write("arith_checkpoints.jsonl", b'{"name":"000001","batch":2}\n')
     storage.write("other_metrics.jsonl", b'{"step":0,"reward":9}\n')
+    storage.close()
     run = read_run(f"{base}/arith_metrics.jsonl")
     assert run.metrics_name == "arith_metrics.jsonl" and [r["reward"] for r in run.rows] == [0.5, 0.75]
     assert run.checkpoints == [{"name": "000001", "batch": 2}] and run.config is None

@@ -245,6 +245,7 @@ def test_read_from_path_url_and_single_file(tmp_path):
     url = f"memory://rollouts-{uuid.uuid4().hex}/run"
     mem = open_storage(url)
     records = write_rollouts(mem, 7, sample_groups(), eval_name="test")
+    mem.close()
     assert_same_records(list(read_rollouts(url, eval_name="test")), records)
 
 
