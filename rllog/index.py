@@ -219,12 +219,12 @@ def write_index(
     findings = diagnose(run.metrics, thresholds, nonfinite=run.nonfinite, step_key=run.step_key)
     if out is None:
         html = render_index(run, findings, thresholds=thresholds, keys=keys)
-        run.storage.write(run.index_name, html.encode("utf-8"))
+        run.storage.write(run.index_name, html.encode("utf-8", "backslashreplace"))  # lone surrogates as \udXXX
         run.storage.flush()
         return f"{run.url.rstrip('/')}/{run.index_name}", findings
     out = os.fspath(out)
     html = render_index(run, findings, thresholds=thresholds, keys=keys, base=_base_href(run.url, out))
-    write_bytes(out, html.encode("utf-8"))
+    write_bytes(out, html.encode("utf-8", "backslashreplace"))
     return out, findings
 
 

@@ -346,8 +346,10 @@ def test_checkpoint_loop_state_with_nan_paths_arrays_and_odd_names(tmp_path: Pat
     import numpy as np
 
     with RunLogger(tmp_path, code_diff=False) as logger:
+        logger.log_metrics(0, {"a": 1.0})
         logger.log_checkpoint("a\udc80", batch=1, best=float("nan"), worst=float("-inf"), r=np.array([1.0, np.nan]),
                               state_path=pathlib.Path("/ck/000001"), where=pathlib.Path("x"))
+    assert logger.warnings == [] and "a\\udc80" in (tmp_path / "index.html").read_text()  # shown, not a failure
     line = (tmp_path / "checkpoints.jsonl").read_bytes()
     assert line == (b'{"name":"a\\udc80","batch":1,"state_path":"/ck/000001","best":NaN,"worst":-Infinity,'
                     b'"r":[1.0,NaN],"where":"x"}\n')
