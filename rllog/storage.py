@@ -230,9 +230,11 @@ class FsspecStorage:
 
     Many writers: each handle (each process, or each unpickled copy) is its own writer.
     On GCS and S3, two writers appending to one object keep each other's rows (GCS:
-    compose with ``ifGenerationMatch``; S3: ``If-Match``/``If-None-Match``; the GCS
-    emulator enforces no preconditions but serves one request at a time, moto enforces
-    them on PUT). Other backends are single-writer per object.
+    compose with ``ifGenerationMatch``; S3: ``If-Match``/``If-None-Match``). The tests
+    run this against the GCS emulator behind a proxy that enforces the generation
+    preconditions the emulator ignores, and against moto, which enforces them on PUT
+    (not on completing a multipart upload, so S3 objects over 5 MiB with two writers
+    rely on real S3). Other backends are single-writer per object.
 
     Args:
         url: the run's URL.
