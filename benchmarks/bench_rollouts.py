@@ -93,6 +93,7 @@ class NoFsyncStorage(LocalStorage):
 
     def write(self, name: str, data: bytes) -> None:
         path = self.path(name)
+        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp")
         tmp.write_bytes(data)
         os.replace(tmp, path)
