@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, unquote
 
+from rllog._fileio import write_all
+
 try:
     import fcntl
 except ImportError:  # Windows: no adoption of dead writers' journals
@@ -163,10 +165,7 @@ class SpillJournal:
         return out
 
     def append(self, name: str, data: bytes) -> None:
-        fd = self._fd(name)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        write_all(self._fd(name), data)
 
     def stage_write(self, name: str, data: bytes) -> None:
         """Stage ``data`` as the whole new content of ``name`` (drops earlier appends)."""

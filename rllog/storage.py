@@ -40,6 +40,7 @@ import weakref
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from rllog._fileio import write_all
 from rllog.errors import StorageError, StoragePermanentError
 
 __all__ = ["Storage", "LocalStorage", "FsspecStorage", "open_storage", "check_name"]
@@ -146,10 +147,7 @@ class LocalStorage:
         return fd
 
     def append(self, name: str, data: bytes) -> None:
-        fd = self.append_fd(name)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        write_all(self.append_fd(name), data)
 
     def truncate(self, name: str, size: int) -> None:
         """Cut ``name`` to ``size`` bytes in place (same file, so open descriptors stay valid)."""
