@@ -321,6 +321,8 @@ def run_demo(cfg: DemoConfig, *, resume: bool = False, quiet: bool = False, **st
         f"  rllog summary {path}      # key metrics, checkpoints, files\n"
         f"  rllog doctor {path}       # stability checks\n"
         f"  rllog demo {path} --resume   # continues from the last checkpoint\n"
-        + (f"  open {index}   # charts, findings, config and every iteration's report\n" if index else "")
+        + (f"  open {index}   # charts, findings, config and every iteration's report\n" if index and "://" not in index
+           else f"  index page: {index} (copy the run folder to a local disk to browse it with its reports)\n"
+           if index else "")
     )
     return last
