@@ -123,6 +123,11 @@ class RunLogger:
         self._pending_offset = 0  # bytes of _pending[0] already written
         self._unwritten_rollouts: dict[str, bytes] = {}  # rollout summary files the backend refused
         self._pending_checkpoints: list[tuple[str, bytes]] = []  # records waiting for durable data
+        self._ckpt_lock = threading.RLock()  # one commit at a time (the loop, the committer thread, close)
+        self._ckpt_wake = threading.Event()
+        self._committer: threading.Thread | None = None
+        self._committer_stop = False
+        self._fd: int | None = None
         self._lock = threading.Lock()
         self._encoder = MetricsEncoder(strict_json=strict_json)
         self._diff_thread: threading.Thread | None = None
@@ -415,6 +420,10 @@ class RunLogger:
             loop_state: any extra JSON-able keys (numpy values converted); they come
                 back in :attr:`ResumeState.loop_state`.
 
+        Locally it returns after the fsyncs (~1 ms). On an object store it returns at
+        once and a background thread appends the record when the upload of everything
+        before it has completed, so a slow or unreachable bucket never stalls the loop.
+
         A backend failure does not raise: when what was logged before cannot be made
         durable, the record is held back (so a resume never points past data that was
         lost), a warning is given once, and it is written at the next checkpoint,
@@ -444,16 +453,38 @@ class RunLogger:
         for key, value in loop_state.items():
             record[key] = value
         line = encode_json(record, where=f"checkpoint {name!r}", strict_json=self.strict_json) + b"\n"
-        self._pending_checkpoints.append((name, line))
-        self._commit_checkpoints()
+        self._pending_checkpoints.append((name, line))  # list append/pop(0) are atomic: no lock, no wait
+        if self._fd is not None:  # local: an fsync or two, done here
+            self._commit_checkpoints()
+        else:  # object store: waiting for the upload would stall the loop; a thread does it, in order
+            self._start_committer()
+            self._ckpt_wake.set()
+
+    def _start_committer(self) -> None:
+        if self._committer is None:
+            self._committer = threading.Thread(target=self._commit_loop, name="rllog-checkpoints", daemon=True)
+            self._committer.start()
+
+    def _commit_loop(self) -> None:
+        """Background: commit held checkpoint records; retry every few seconds while some wait."""
+        while not self._committer_stop:
+            self._ckpt_wake.wait(timeout=5.0 if self._pending_checkpoints else None)
+            self._ckpt_wake.clear()
+            if not self._committer_stop:
+                self._commit_checkpoints()
 
     def _commit_checkpoints(self) -> bool:
         """Append held checkpoint records once everything logged before them is durable.
 
         Returns True when none is left. On a backend failure nothing raises: the records
         wait (a resume never points past data that was lost), a warning is given once, and
-        the next checkpoint, ``flush`` or ``close`` tries again.
+        they are tried again (next checkpoint, ``flush``, ``close``, and every few seconds
+        on object stores).
         """
+        with self._ckpt_lock:
+            return self._commit_checkpoints_locked()
+
+    def _commit_checkpoints_locked(self) -> bool:
         if not self._pending_checkpoints:
             return True
         try:
@@ -608,6 +639,13 @@ class RunLogger:
             return
         if self._diff_thread is not None:
             self._diff_thread.join(timeout=30)
+        if self._committer is not None:
+            self._committer_stop = True
+            self._ckpt_wake.set()
+            self._committer.join()  # bounded: one commit waits at most the storage's flush timeout
+        close_timeout = getattr(self.storage, "close_timeout", None)
+        if close_timeout is not None:  # the last flush may take as long as closing would (a backlog after an outage)
+            self.storage.flush_timeout = max(self.storage.flush_timeout, close_timeout)
         if self._flush(durable=True):
             if self._index and not self._worker:
                 self._write_index()

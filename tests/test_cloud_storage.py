@@ -128,6 +128,40 @@ def test_outage_keeps_rows_and_uploads_them_after_recovery(gcs_server, gcs_proxy
     assert not spill.exists()
 
 
+def test_run_logger_never_stalls_on_a_bucket_outage(gcs_server, gcs_proxy):
+    """The loop's calls stay fast while the bucket answers 503; after it is back the
+    checkpoint record lands after the rows logged before it."""
+    from rllog import RunLogger
+
+    url = f"gs://{gcs_server.new_bucket()}/runs/{unique('run')}"
+    down = threading.Event()
+    gcs_proxy.schedule = lambda k, method, path: ("status", 503) if down.is_set() else None
+    slowest = 0.0
+    with pytest.warns(RuntimeWarning):
+        logger = RunLogger(url, code_diff=False, index=False, flush_interval=0.2, flush_timeout=2.0,
+                           **gcs_server.storage_options(gcs_proxy.endpoint))
+        logger.storage.backoff_initial, logger.storage.backoff_max = 0.05, 0.3
+        for i in range(60):
+            if i == 10:
+                down.set()
+            if i == 50:
+                down.clear()
+            t0 = time.monotonic()
+            logger.log_metrics(i, {"i": i})
+            if i % 20 == 19:
+                logger.log_checkpoint(f"{i + 1:06d}", batch=i + 1)
+            with logger.iteration(i):
+                pass
+            slowest = max(slowest, time.monotonic() - t0)
+            time.sleep(0.05)
+        logger.close()
+    assert slowest < 0.5, slowest  # never waited on the bucket (flush_timeout is 2 s)
+    storage = FsspecStorage(url, spill=False, **gcs_server.storage_options())
+    assert [json.loads(r)["i"] for r in storage.read("metrics.jsonl").splitlines()] == list(range(60))
+    assert [json.loads(r)["batch"] for r in storage.read("checkpoints.jsonl").splitlines()] == [20, 40, 60]
+    storage.close()
+
+
 def test_missing_bucket_is_reported_at_open(gcs_server, s3_server):
     with pytest.raises(StoragePermanentError, match="no-such-bucket"):
         FsspecStorage("gs://no-such-bucket-rllog/run", **gcs_server.storage_options())
