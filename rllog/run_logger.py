@@ -107,6 +107,9 @@ class RunLogger:
         _worker: bool = False,
         **storage_options: Any,
     ) -> None:
+        if shared and resume:
+            raise ValueError("RunLogger(shared=True, resume=True): a shared logger joins a run another process "
+                             "writes, and that process owns its resume; pass one of them")
         self.rank = process_rank() if rank is None else int(rank)
         self.is_writer = all_ranks or self.rank == 0
         self.strict_json = strict_json
@@ -147,7 +150,7 @@ class RunLogger:
             holder = self._lock_run()
             if holder is None:
                 self._start(resume)
-            elif resume or not shared:
+            else:
                 raise RuntimeError(
                     f"{self.log_path} is being written by process {holder} (it holds .rllog.lock): "
                     f"{'a resume' if resume else 'a second run'} there would mix both processes' rows. Stop "
