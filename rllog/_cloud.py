@@ -67,12 +67,21 @@ class ObjectStat:
     components: int = 1  # GCS component count
 
 
+#: botocore/google-auth errors that come before any request reaches the server
+_PERMANENT_CLIENT_ERRORS = frozenset({
+    "NoCredentialsError", "PartialCredentialsError", "ParamValidationError", "InvalidBucketName",
+    "DefaultCredentialsError", "RefreshError",
+})
+
+
 def classify(exc: BaseException) -> str:
     """``"conflict"``, ``"permanent"`` or ``"transient"`` for an exception from a backend."""
     if isinstance(exc, Conflict):
         return "conflict"
     if isinstance(exc, (TypeError, AttributeError, NameError, AssertionError, ImportError)):
         return "permanent"  # a bug or a bad option: retrying will not help
+    if any(type(e).__name__ in _PERMANENT_CLIENT_ERRORS for e in (exc, exc.__cause__, exc.__context__)):
+        return "permanent"  # no credentials, an invalid bucket name: no retry fixes them
     code = _s3_code(exc)
     if code == "PreconditionFailed" or code == "ConditionalRequestConflict":
         return "conflict"

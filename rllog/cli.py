@@ -113,12 +113,12 @@ def tail(run: str, follow: bool, n_rows: int, keys: tuple[str, ...], interval: f
     import time
 
     from rllog.reader import MetricsTail
-    from rllog.storage import open_storage
+    from rllog.storage import open_for_reading
 
     folder, name = _metrics_location(run)
     if ("://" not in folder or folder.startswith("file://")) and not os.path.isdir(folder.removeprefix("file://")):
         raise _CliError(f"no run folder at {folder}: expected a run folder or URI with metrics.jsonl, or a metrics .jsonl file")
-    storage = open_storage(folder)
+    storage = open_for_reading(folder)
     if not follow and not storage.exists(name):
         raise _CliError(f"no {name} in {storage.url}: expected a run folder or URI with metrics.jsonl, or a metrics .jsonl file")
     reader = MetricsTail(storage, name)

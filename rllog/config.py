@@ -304,9 +304,9 @@ def load_config(log_path: Any, cls: type[T] | None = None, **storage_options: An
             (the chz message is included).
     """
     from rllog.encoding import decode_json
-    from rllog.storage import open_storage
+    from rllog.storage import open_for_reading
 
-    storage = open_storage(log_path, **storage_options)
+    storage = open_for_reading(log_path, **storage_options)
     data = decode_json(storage.read("config.json"))
     if not isinstance(data, dict):
         raise ConfigError(f"{storage.url}/config.json: expected a JSON object, got {type(data).__name__}")

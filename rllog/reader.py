@@ -29,7 +29,7 @@ from rllog.checkpoints import CHECKPOINTS_FILE
 from rllog.encoding import decode_json
 from rllog.errors import RunFormatError
 from rllog.run_logger import CONFIG_FILE, METRICS_FILE, SUPERSEDED_FILE
-from rllog.storage import LocalStorage, Storage, open_storage
+from rllog.storage import LocalStorage, Storage, open_for_reading
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -510,7 +510,7 @@ def read_run(log_path: str | os.PathLike[str] | Storage, *, step_key: str | None
         OSError: the storage failed.
     """
     if not isinstance(log_path, (str, os.PathLike)):
-        return Run(open_storage(log_path), METRICS_FILE, step_key=step_key)
+        return Run(open_for_reading(log_path), METRICS_FILE, step_key=step_key)
     url = os.fspath(log_path).removeprefix("file://")
     if "://" not in url:
         path = Path(url).expanduser()
@@ -522,12 +522,12 @@ def read_run(log_path: str | os.PathLike[str] | Storage, *, step_key: str | None
         name = path.name
     else:
         parent, name = _split_url(url)
-        storage = open_storage(url, **storage_options)
+        storage = open_for_reading(url, **storage_options)
         if "." not in name or storage.exists(METRICS_FILE) or not parent:
             if not storage.list():
                 raise FileNotFoundError(f"no run at {url}: no files there (expected a folder with metrics.jsonl, a .jsonl file or trainer_state.json)")
             return Run(storage, METRICS_FILE, step_key=step_key)
-        storage = open_storage(parent, **storage_options)
+        storage = open_for_reading(parent, **storage_options)
         if not storage.exists(name):
             raise FileNotFoundError(f"no run at {url}: no such file or folder (expected a folder with metrics.jsonl, a .jsonl file or trainer_state.json)")
     if name.endswith(".json"):

@@ -47,7 +47,7 @@ from rllog._names import artifact_name, safe_eval_name
 from rllog._rollout_input import build
 from rllog.encoding import to_jsonable
 from rllog.errors import RunFormatError
-from rllog.storage import Storage, open_storage
+from rllog.storage import Storage, open_for_reading
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -373,7 +373,7 @@ def read_rollouts(
         return
     if isinstance(source, (str, os.PathLike)) and "://" not in os.fspath(source) and not os.path.isdir(source):
         raise FileNotFoundError(f"no run folder or rollout summaries file at {os.fspath(source)!r}")
-    storage = source if isinstance(source, Storage) else open_storage(source)
+    storage = source if isinstance(source, Storage) else open_for_reading(source)
     try:
         for name in _rollout_files(storage, iteration, split, eval_name):
             yield from decode_rollout_summaries(storage.read(name), f"{storage.url}/{name}")

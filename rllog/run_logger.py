@@ -646,14 +646,9 @@ class RunLogger:
             self._committer_stop = True
             self._ckpt_wake.set()
             self._committer.join()  # bounded: one commit waits at most the storage's flush timeout
-        close_timeout = getattr(self.storage, "close_timeout", None)
-        if close_timeout is not None:  # the last flush may take as long as closing would (a backlog after an outage)
-            self.storage.flush_timeout = max(self.storage.flush_timeout, close_timeout)
-        if self._flush(durable=True):
+        if self._final_flush():
             if self._index and not self._worker:
                 self._write_index()
-        elif hasattr(self.storage, "close_timeout"):  # the backend just failed a whole flush: do not wait as long again
-            self.storage.close_timeout = min(self.storage.close_timeout, 10.0)
         self._closed = True
         if self._unwritten_rollouts and not self._write_rollout_files():
             what = f"{len(self._unwritten_rollouts)} rollout summary file(s) could not be written to {self.log_path}"
@@ -681,6 +676,30 @@ class RunLogger:
         if self._run_lock is not None:
             os.close(self._run_lock)  # releases the flock
             self._run_lock = None
+
+    def _final_flush(self) -> bool:
+        """The durable flush of :meth:`close`. On an object store it keeps waiting while the
+        upload makes progress (a backlog after an outage, up to the storage's
+        ``close_timeout``) and gives up after 5 s without any (a bucket that is down: the
+        spill journal keeps the rows for the next writer), so close never hangs long."""
+        storage = self.storage
+        pending = getattr(storage, "pending", None)
+        close_timeout = getattr(storage, "close_timeout", None)
+        if pending is None or close_timeout is None:
+            return self._flush(durable=True)
+        deadline = time.monotonic() + close_timeout
+        flush_timeout = storage.flush_timeout
+        storage.flush_timeout = min(flush_timeout, 5.0)
+        try:
+            while True:
+                before = sum(pending().values())
+                if self._flush(durable=True):
+                    return True
+                if sum(pending().values()) >= before or time.monotonic() >= deadline:
+                    storage.close_timeout = min(close_timeout, 5.0)  # no progress: do not wait again in close
+                    return False
+        finally:
+            storage.flush_timeout = flush_timeout
 
     def _write_index(self) -> None:
         """Write index.html (charts, doctor findings, report links) for the run as it now is."""

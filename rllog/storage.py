@@ -43,7 +43,7 @@ from typing import Any, Protocol, runtime_checkable
 from rllog._fileio import write_all
 from rllog.errors import StorageError, StoragePermanentError
 
-__all__ = ["Storage", "LocalStorage", "FsspecStorage", "open_storage", "check_name"]
+__all__ = ["Storage", "LocalStorage", "FsspecStorage", "open_storage", "open_for_reading", "check_name"]
 
 
 def check_name(name: str) -> str:
@@ -799,6 +799,14 @@ def _close_open_storages() -> None:
 
 def _make_fsspec_storage(url: str, options: dict[str, Any]) -> FsspecStorage:
     return FsspecStorage(url, **options)
+
+
+def open_for_reading(log_path: str | os.PathLike[str] | Storage, **storage_options: Any) -> Storage:
+    """:func:`open_storage` for a reader: an object-store handle without a spill journal,
+    so reading a run never creates local state or takes over a dead writer's journal."""
+    if isinstance(log_path, (str, os.PathLike)) and "://" in os.fspath(log_path) and not os.fspath(log_path).startswith("file://"):
+        storage_options.setdefault("spill", False)
+    return open_storage(log_path, **storage_options)
 
 
 def open_storage(log_path: str | os.PathLike[str] | Storage, **storage_options: Any) -> Storage:
