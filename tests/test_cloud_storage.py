@@ -162,6 +162,40 @@ def test_run_logger_never_stalls_on_a_bucket_outage(gcs_server, gcs_proxy):
     storage.close()
 
 
+def test_missing_credentials_and_bad_bucket_names_fail_at_open(s3_server, monkeypatch):
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    endpoint = {"client_kwargs": {"endpoint_url": s3_server.endpoint}}
+    with pytest.raises(StoragePermanentError, match="NoCredentialsError"):
+        FsspecStorage(f"s3://{s3_server.new_bucket()}/run", **endpoint)
+    with pytest.raises(StoragePermanentError, match="Invalid bucket name"):
+        FsspecStorage("s3://UPPER_case!/run", key="testing", secret="testing", **endpoint)
+
+
+def test_closing_on_a_dead_bucket_is_quick_and_keeps_the_rows(gcs_server, gcs_proxy):
+    from rllog import RunLogger
+
+    url = f"gs://{gcs_server.new_bucket()}/runs/{unique('run')}"
+    logger = RunLogger(url, code_diff=False, **gcs_server.storage_options(gcs_proxy.endpoint))
+    gcs_proxy.schedule = lambda k, method, path: ("status", 503)  # down from here on
+    for i in range(20):
+        logger.log_metrics(i, {"i": i})
+    logger.log_checkpoint("000020", batch=20)
+    t0 = time.monotonic()
+    with pytest.warns(RuntimeWarning, match="spill journal"):
+        logger.close()
+    assert time.monotonic() - t0 < 20  # gives up after 5 s without progress, not 30 + 60 s
+    assert any("000020" in w and "not written" in w for w in logger.warnings)
+    gcs_proxy.schedule = lambda k, method, path: None  # back: the next writer on this machine uploads the journal
+    resumed = FsspecStorage(url, **gcs_server.storage_options(gcs_proxy.endpoint))
+    resumed.close()
+    rows = [json.loads(r)["i"] for r in read_back(FsspecStorage(url, spill=False, **gcs_server.storage_options()))
+            .splitlines()]
+    assert rows == list(range(20))
+
+
 def test_missing_bucket_is_reported_at_open(gcs_server, s3_server):
     with pytest.raises(StoragePermanentError, match="no-such-bucket"):
         FsspecStorage("gs://no-such-bucket-rllog/run", **gcs_server.storage_options())
