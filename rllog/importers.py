@@ -46,7 +46,7 @@ from rllog._segments import StepResolver
 from rllog.encoding import MetricsEncoder, decode_json, encode_json
 from rllog.errors import RunFormatError
 from rllog.run_logger import CONFIG_FILE, METRICS_FILE, SUPERSEDED_FILE, RunLogger
-from rllog.storage import open_storage
+from rllog.storage import open_for_reading, open_storage
 
 __all__ = ["ImportReport", "import_trl", "import_tensorboard", "trl_rows", "tensorboard_rows"]
 
@@ -120,7 +120,7 @@ def _read_source(src: str | os.PathLike[str], storage_options: dict[str, Any]) -
     if "://" not in src or src.startswith("file://"):
         return Path(src.removeprefix("file://")).expanduser().read_bytes()
     parent, _, name = src.rstrip("/").rpartition("/")
-    return open_storage(parent, **storage_options).read(name)
+    return open_for_reading(parent, **storage_options).read(name)
 
 
 def import_trl(
@@ -255,7 +255,7 @@ def import_tensorboard(
     """
     src = os.fspath(events_dir)
     if "://" in src and not src.startswith("file://"):
-        storage = open_storage(src, **storage_options)
+        storage = open_for_reading(src, **storage_options)
         names = [n for n in storage.list() if "/" not in n and _TFEVENTS.match(n)]
         if not names:
             raise FileNotFoundError(f"{src} has no events.out.tfevents.* files")
