@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rllog._runsource import open_run
+from rllog._read.view import open_run
 from rllog.doctor import check_run, diagnose
 from rllog.index import write_index
 

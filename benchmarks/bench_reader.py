@@ -82,7 +82,7 @@ def main() -> None:
     import pandas as pd
 
     pandas_import = (time.perf_counter() - t) * 1000
-    from rllog.reader import read_run
+    from rllog import read_run
 
     print(f"input: {path.name} in {path.parent.name[:40]}..., {size:,} bytes")
     rows_ms = median_ms(lambda: read_run(path).rows, args.repeat)

@@ -35,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rllog.rollouts import write_rollouts
+from rllog._write.rollouts import write_rollouts
 from rllog.storage import LocalStorage
 
 N_GROUPS, GROUP_SIZE, N_STEPS = 128, 8, 3

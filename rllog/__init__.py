@@ -1,64 +1,59 @@
 """rllog: a complete, trustworthy record of every RL training run.
 
-Public API::
+Write a run inside the training loop, read it afterwards::
 
     from rllog import RunLogger, logtree, read_run
 
-See README.md for the files a run writes and DESIGN.md for their formats.
+    with RunLogger("runs/exp1", config=cfg, resume=True) as logger:
+        logger.log_metrics(step, {"env/all/reward/total": reward})
+
+    run = read_run("runs/exp1")
+
+The names below are the public API. Topical public modules: :mod:`rllog.storage`
+(backends), :mod:`rllog.logtree` (rollout reports), :mod:`rllog.doctor` (stability
+checks), :mod:`rllog.index` (the run page), :mod:`rllog.plot`, :mod:`rllog.importers`
+and :mod:`rllog.testing` (a storage conformance suite and a fault-injecting storage for
+your own tests). File formats: docs/FORMATS.md; how the package is built: README.md,
+"How rllog is built".
 """
 
 from __future__ import annotations
 
 from rllog import logtree
-from rllog.checkpoints import ResumeState
-from rllog.config import load_config
-from rllog.doctor import Finding, Thresholds, check_run, diagnose
+from rllog._format.records import ResumeState, StepSummary, TrajectorySummary
+from rllog._read.config import load_config
+from rllog._read.rollouts import read_rollouts, rollouts_dataframe
+from rllog._read.run import Run, read_run
+from rllog._run import RunLogger
+from rllog._write.rollouts import build_rollout_summaries, summarize_rollouts
 from rllog.errors import ConfigError, RllogError, RunFormatError, StorageError, StoragePermanentError
-from rllog.index import write_index
-from rllog.plot import plot_runs
-from rllog.reader import MetricsTail, Run, read_run
-from rllog.rollouts import (
-    StepSummary,
-    TrajectorySummary,
-    build_rollout_summaries,
-    read_rollouts,
-    rollouts_dataframe,
-    summarize_rollouts,
-)
-from rllog.run_logger import RunLogger
-from rllog.storage import FsspecStorage, LocalStorage, Storage, open_storage
+from rllog.storage import Storage, open_storage
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
+    # writing a run
     "RunLogger",
-    "logtree",
     "ResumeState",
+    "logtree",
+    "build_rollout_summaries",
+    "summarize_rollouts",
+    "TrajectorySummary",
+    "StepSummary",
+    # reading a run
     "read_run",
     "Run",
-    "MetricsTail",
+    "read_rollouts",
+    "rollouts_dataframe",
     "load_config",
+    # where a run lives
     "Storage",
-    "LocalStorage",
-    "FsspecStorage",
     "open_storage",
+    # errors
     "RllogError",
     "StorageError",
     "StoragePermanentError",
     "ConfigError",
     "RunFormatError",
-    # looking at runs: stability doctor, index page, plots
-    "check_run",
-    "diagnose",
-    "Thresholds",
-    "Finding",
-    "write_index",
-    "plot_runs",
-    # rollout summaries (rllog.rollouts)
-    "TrajectorySummary",
-    "StepSummary",
-    "build_rollout_summaries",
-    "read_rollouts",
-    "rollouts_dataframe",
-    "summarize_rollouts",
+    "__version__",
 ]

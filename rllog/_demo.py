@@ -32,8 +32,9 @@ import chz
 import numpy as np
 
 from rllog import logtree
-from rllog.rollouts import TrajectorySummary, build_rollout_summaries, summarize_rollouts
-from rllog.run_logger import RunLogger
+from rllog._format.records import TrajectorySummary
+from rllog._run import RunLogger
+from rllog._write.rollouts import build_rollout_summaries, summarize_rollouts
 
 __all__ = ["DemoConfig", "run_demo"]
 
@@ -221,7 +222,7 @@ def _evaluate(policy: Policy, iteration: int, samples_per_prompt: int = 4) -> tu
     reward, correct, formed, texts = _grade(a, b, out["tokens"])
     _log_groups(a, b, texts, reward, out["mask"].sum(1), samples_per_prompt)
     groups = _rollout_groups(a, b, out["mask"], reward, correct, formed, texts, samples_per_prompt)
-    records = build_rollout_summaries(groups, iteration, eval_name="test", tags=["arithmetic"],
+    records = build_rollout_summaries(iteration, groups, eval_name="test", tags=["arithmetic"],
                                       sampling_client_step=iteration)
     return summarize_rollouts(records, prefix="test/"), records
 
@@ -271,7 +272,7 @@ def run_demo(cfg: DemoConfig, *, resume: bool = False, quiet: bool = False, **st
             t_train = time.monotonic() - t1
             mask = batch["mask"]
             groups = _rollout_groups(a, b, mask, reward, correct, formed, texts, cfg.group_size)
-            records = build_rollout_summaries(groups, i, tags=["arithmetic"], sampling_client_step=i)
+            records = build_rollout_summaries(i, groups, tags=["arithmetic"], sampling_client_step=i)
             metrics: dict[str, Any] = {
                 "progress/batch": i,
                 "progress/done_frac": (i + 1) / cfg.n_batches,

@@ -86,9 +86,9 @@ def summary(run: str, keys: tuple[str, ...], as_json: bool, step_key: str | None
     RUN is a run folder or URI, a metrics .jsonl file, or a TRL trainer_state.json.
     Exit code 2 when RUN cannot be read.
     """
-    from rllog._summary import format_summary, summarize
-    from rllog.encoding import encode_json
-    from rllog.reader import read_run
+    from rllog._read.summary import format_summary, summarize
+    from rllog._format.codec import encode_json
+    from rllog._read.run import read_run
 
     info = summarize(read_run(run, step_key=step_key), list(keys) or None)
     click.echo(encode_json(info, indent=2).decode() if as_json else format_summary(info))
@@ -112,7 +112,7 @@ def tail(run: str, follow: bool, n_rows: int, keys: tuple[str, ...], interval: f
     import os
     import time
 
-    from rllog.reader import MetricsTail
+    from rllog._read.run import MetricsTail
     from rllog.storage import open_for_reading
 
     folder, name = _metrics_location(run)
@@ -175,8 +175,8 @@ def diff(run_a: str, run_b: str, keys: tuple[str, ...], show_all: bool, step_key
     RUN_A and RUN_B are each a run folder or URI, a metrics .jsonl file, or a TRL
     trainer_state.json. Exit code 2 when one cannot be read.
     """
-    from rllog._summary import format_diff
-    from rllog.reader import read_run
+    from rllog._read.summary import format_diff
+    from rllog._read.run import read_run
 
     a, b = read_run(run_a, step_key=step_key), read_run(run_b, step_key=step_key)
     click.echo(format_diff(a, b, list(keys) or None, max_lines=None if show_all else 20))

@@ -73,13 +73,28 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
+from rllog._format.rows import nonfinite_cells
+from rllog._format.vocab import (
+    APPROXKL_KEYS,
+    CLIPFRAC_KEYS,
+    CLIPPED_KEYS,
+    CORE_KEYS,
+    ENTROPY_KEYS,
+    RATIO_KEYS,
+    REWARD_KEYS,
+    SAMPLE_KL_KEYS,
+    SEQ_KL_KEYS,
+    TOKEN_KL_KEYS,
+    VALUE_LOSS_KEYS,
+)
+
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
-    from rllog.reader import Run
+    from rllog._read.run import Run
 
-__all__ = ["SEVERITIES", "Finding", "Thresholds", "check_run", "diagnose", "nonfinite_cells"]
+__all__ = ["SEVERITIES", "Finding", "Thresholds", "check_run", "diagnose"]
 
 #: severity levels, mildest first
 SEVERITIES = ("info", "warning", "error")
@@ -241,33 +256,6 @@ class Finding(msgspec.Struct, frozen=True, kw_only=True):
         return ", ".join(parts)
 
 
-# Metric families: exact key names (after stripping a leading "train/").
-_RATIO = ("val/ratio",)
-_CLIPFRAC = (
-    "policy/clipfrac_avg",
-    "clip_ratio",
-    "clip_ratio/region_mean",
-    "clip_ratio/low_mean",
-    "clip_ratio/high_mean",
-    "actor/pg_clipfrac",  # verl
-    "ppo_clip_ratio",  # OpenRLHF
-)
-_APPROXKL = ("policy/approxkl_avg", "actor/ppo_kl", "ppo_kl")  # TRL, verl, OpenRLHF
-_TOKEN_KL = ("kl", "actor/kl_loss")  # TRL and OpenRLHF; verl's KL-to-reference loss
-_SEQ_KL = ("objective/kl",)
-_SAMPLE_KL = (
-    "optim/kl_sample_train_v1",
-    "optim/kl_sample_train_v2",
-    "kl_sample_train_v1",
-    "kl_sample_train_v2",
-)
-_VALUE_LOSS = ("loss/value_avg", "critic/vf_loss", "critic_loss")  # TRL, verl, OpenRLHF
-_ENTROPY = ("objective/entropy", "policy/entropy_avg", "entropy", "optim/entropy", "actor/entropy", "policy_entropy")
-_CLIPPED = ("completions/clipped_ratio", "response_length/clip_ratio")  # TRL, verl
-_REWARD = ("objective/rlhf_reward", "objective/scores", "reward", "env/all/reward/total", "critic/score/mean")
-_CORE = set(_RATIO + _CLIPFRAC + _APPROXKL + _TOKEN_KL + _SEQ_KL + _SAMPLE_KL + _VALUE_LOSS + _ENTROPY + _REWARD)
-_CORE.update({"loss", "loss/policy_avg", "grad_norm", "optim/lr", "learning_rate", "actor/pg_loss", "policy_loss", "actor/grad_norm"})
-
 _ADVICE = {
     "ratio": "updates between consecutive policies are too drastic: lower the learning rate, run fewer PPO "
     "epochs/minibatch passes per batch, and check that the old logprobs come from the policy that sampled",
@@ -399,21 +387,21 @@ class _Doctor:
         import numpy as np
 
         t = self.t
-        for s in self.family(_RATIO):
+        for s in self.family(RATIO_KEYS):
             self.threshold("ratio", "error", s, t.ratio_high, t.ratio_low, "is far from 1")
-        for s in self.family(_CLIPFRAC):
+        for s in self.family(CLIPFRAC_KEYS):
             self.threshold("clip_fraction", "warning", s, t.clipfrac_high, None, "is high")
-        for s in self.family(_APPROXKL):
+        for s in self.family(APPROXKL_KEYS):
             self.threshold("approx_kl", "warning", s, t.approxkl_high, None, "is high")
-        for names, high, advice in ((_TOKEN_KL, t.kl_high, None), (_SEQ_KL, t.seq_kl_high, None), (_SAMPLE_KL, t.sample_train_kl_high, "kl_large_sample")):
+        for names, high, advice in ((TOKEN_KL_KEYS, t.kl_high, None), (SEQ_KL_KEYS, t.seq_kl_high, None), (SAMPLE_KL_KEYS, t.sample_train_kl_high, "kl_large_sample")):
             for s in self.family(names):
                 self.threshold("kl_negative", "error", s, None, t.kl_negative, "is negative")
                 self.threshold("kl_large", "warning", s, high, None, "is large", advice)
-        for s in self.family(_CLIPPED):
+        for s in self.family(CLIPPED_KEYS):
             self.threshold("clipped_completions", "warning", s, t.clipped_completions_high, None, "is high")
-        for s in self.family(_VALUE_LOSS):
+        for s in self.family(VALUE_LOSS_KEYS):
             self.value_loss_spikes(s)
-        for s in self.family(_ENTROPY):
+        for s in self.family(ENTROPY_KEYS):
             if len(s.v) <= t.baseline_rows:
                 continue
             start = s.baseline(t.baseline_rows)
@@ -448,8 +436,8 @@ class _Doctor:
         import numpy as np
 
         t = self.t
-        rewards = self.family(_REWARD)
-        kls = self.family(_SEQ_KL + _TOKEN_KL + _SAMPLE_KL)
+        rewards = self.family(REWARD_KEYS)
+        kls = self.family(SEQ_KL_KEYS + TOKEN_KL_KEYS + SAMPLE_KL_KEYS)
         if not rewards or not kls:
             return
         r, kl = rewards[0], kls[0]
@@ -466,21 +454,6 @@ class _Doctor:
             self.add("reward_flat_kl_grows", "warning", kl, idx, kl_last,
                      f"KL > {_fmt(t.kl_growth_factor)} x first quarter and reward gain < {_fmt(t.reward_flat_z)} std",
                      f"grew from {_fmt(kl_first)} to {_fmt(kl_last)} while {r.name} moved {_fmt(r_first)} -> {_fmt(r_last)}")
-
-
-def nonfinite_cells(rows: Iterable[Mapping[str, Any]], step_key: str | None = "step") -> dict[str, list[int]]:
-    """``{metric: [step, ...]}`` of the NaN/±Inf float values in metric rows (dicts, e.g. ``Run.rows``).
-
-    A missing key or ``null`` is not a NaN: only values the loop logged as NaN/Inf count.
-    Rows without an int ``step_key`` value use their position.
-    """
-    out: dict[str, list[int]] = {}
-    for pos, row in enumerate(rows):
-        step = row.get(step_key, pos) if step_key else pos
-        for key, value in row.items():
-            if type(value) is float and not math.isfinite(value):
-                out.setdefault(key, []).append(step if isinstance(step, int) else pos)
-    return out
 
 
 def diagnose(
@@ -513,7 +486,7 @@ def diagnose(
     import numpy as np
     import pandas as pd
 
-    from rllog.reader import Run
+    from rllog._read.run import Run
 
     if isinstance(metrics, Run):
         nonfinite, step_key = nonfinite_cells(metrics.rows, step_key=metrics.step_key), metrics.step_key
@@ -548,7 +521,7 @@ def diagnose(
     doctor = _Doctor(series, t)
     doctor.findings.extend(_nonfinite_findings(nonfinite, infinite))
     doctor.run()
-    if not doctor.findings and not any(_canonical(c) in _CORE for c in series):
+    if not doctor.findings and not any(_canonical(c) in CORE_KEYS for c in series):
         doctor.findings.append(
             Finding(check="no_metrics", severity="info", metric="", steps=[], value=float("nan"), threshold="",
                     message="no PPO/GRPO stability metric (ratio, KL, clip fraction, entropy, value loss) was found; only NaN/Inf were checked",
@@ -580,7 +553,7 @@ def _nonfinite_findings(nonfinite: Mapping[str, Sequence[int]], infinite: Mappin
                 merged.append((step, step))
         f = Finding(
             check="nonfinite",
-            severity="error" if _canonical(col) in _CORE else "warning",
+            severity="error" if _canonical(col) in CORE_KEYS else "warning",
             metric=col,
             steps=merged,
             value=value,
@@ -602,7 +575,7 @@ def check_run(log_path: Any, thresholds: Thresholds | None = None) -> list[Findi
     Raises:
         FileNotFoundError: nothing at ``log_path``. RunFormatError: not a run (from the reader).
     """
-    from rllog._runsource import open_run
+    from rllog._read.view import open_run
 
     run = open_run(log_path)
     return diagnose(run.metrics, thresholds, nonfinite=run.nonfinite, step_key=run.step_key)

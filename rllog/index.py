@@ -19,25 +19,16 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from rllog._format.vocab import MAIN_METRICS
+
 if TYPE_CHECKING:
     import numpy as np
 
-    from rllog._runsource import RunView
+    from rllog._read.view import RunView
     from rllog.doctor import Finding, Thresholds
 
-__all__ = ["MAIN_METRICS", "render_index", "write_index"]
+__all__ = ["render_index", "write_index"]
 
-#: metrics charted first when present (after stripping a leading ``train/``), in this order
-MAIN_METRICS = (
-    "env/all/reward/total", "reward", "objective/rlhf_reward", "objective/scores",
-    "test/env/all/reward/total", "test/test/env/all/reward/total", "eval_reward", "reward_std",
-    "objective/kl", "kl", "optim/kl_sample_train_v1", "optim/kl_sample_train_v2", "kl_sample_train_v1",
-    "kl_sample_train_v2", "policy/approxkl_avg", "teacher_kl",
-    "objective/entropy", "policy/entropy_avg", "entropy", "optim/entropy",
-    "val/ratio", "policy/clipfrac_avg", "clip_ratio", "clip_ratio/region_mean", "completions/clipped_ratio",
-    "loss/value_avg", "loss/policy_avg", "loss", "train_mean_nll", "train/loss",
-    "completions/mean_length", "env/all/ac_tokens_per_turn", "grad_norm", "optim/lr", "learning_rate", "time/total",
-)
 _MAX_CHARTS = 16
 _MIN_CHARTS = 6
 #: a metric with fewer logged values than this gets a marker on every point
@@ -46,7 +37,7 @@ SPARSE_POINTS = 30
 
 def _flatten(value: Any, prefix: str = "") -> list[tuple[str, str]]:
     """Config as ``(dotted.key, text)`` rows; lists and scalars shown as JSON."""
-    from rllog.encoding import encode_json
+    from rllog._format.codec import encode_json
 
     if isinstance(value, dict) and value:
         rows = []
@@ -115,7 +106,7 @@ def render_index(
     """
     import numpy as np
 
-    from rllog._summary import metric_keys
+    from rllog._read.summary import metric_keys
     from rllog._svgchart import _label, line_chart
     from rllog._templates import environment
 
@@ -212,7 +203,7 @@ def write_index(
         FileNotFoundError: the run has no metrics.jsonl. ValueError: a key is not a
         numeric metric of the run. OSError/StorageError: the page could not be written.
     """
-    from rllog._runsource import open_run, write_bytes
+    from rllog._read.view import open_run, write_bytes
     from rllog.doctor import diagnose
 
     run = open_run(log_path)

@@ -90,7 +90,7 @@ def plot_runs(
     import numpy as np
     import pandas as pd
 
-    from rllog._runsource import open_run, write_bytes
+    from rllog._read.view import open_run, write_bytes
 
     if not keys:
         raise ValueError("plot needs at least one metric key (-k KEY)")

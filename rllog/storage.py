@@ -173,7 +173,10 @@ class LocalStorage:
             os.close(fd)
         self.path(name).unlink()
 
-    def flush(self, durable: bool = False) -> None:
+    def pending(self) -> dict[str, int]:
+        return {}
+
+    def flush(self, durable: bool = False, timeout: float | None = None) -> None:
         """With ``durable``, fsync every file appended to.
 
         Raises:
@@ -188,7 +191,7 @@ class LocalStorage:
                     except OSError as exc:
                         raise StorageError(f"fsync of {self.url}/{name} failed: {exc}") from exc
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = None) -> None:
         """fsync and close every descriptor; raises StorageError (after closing) if an fsync failed."""
         try:
             self.flush(durable=True)
@@ -686,7 +689,7 @@ class FsspecStorage:
                     if empty and journal.staged.get(name) is staged:
                         del journal.staged[name]
 
-    def flush(self, durable: bool = False) -> None:
+    def flush(self, durable: bool = False, timeout: float | None = None) -> None:
         """Upload everything staged before this call and wait for it (at most
         ``flush_timeout`` seconds).
 
@@ -697,7 +700,8 @@ class FsspecStorage:
         """
         if self._closed:
             return
-        deadline = time.monotonic() + self.flush_timeout
+        timeout = self.flush_timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
         with self._state:
             target = self._seq
             self._kicked = True
@@ -727,7 +731,7 @@ class FsspecStorage:
         pending = self.pending()
         return ", ".join(f"{name} ({n} bytes)" for name, n in sorted(pending.items())) or "nothing"
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = None) -> None:
         """Upload everything (waiting at most ``close_timeout`` seconds) and stop the
         background thread. Idempotent. Never raises for upload failures: it warns with
         what was not uploaded and where the spill journal keeps it."""
@@ -737,7 +741,7 @@ class FsspecStorage:
             self._closing = True
             self._wake.notify_all()
         self._poke.set()
-        self._thread.join(self.close_timeout)
+        self._thread.join(self.close_timeout if timeout is None else timeout)
         if self._thread.is_alive():
             self._stop.set()
             self._poke.set()

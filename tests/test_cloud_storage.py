@@ -325,7 +325,7 @@ def test_forked_child_becomes_its_own_writer(backend, request):
 
 
 def test_run_logger_writes_a_run_to_the_bucket(cloud_url):
-    from rllog.run_logger import RunLogger
+    from rllog import RunLogger
 
     url, options = cloud_url
     with RunLogger(url, config={"lr": 1e-5}, code_diff=False, **options) as logger:

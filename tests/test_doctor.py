@@ -12,7 +12,8 @@ from _doctor_runs import REALDATA, healthy_rows, planted, real_runs, write_run
 from click.testing import CliRunner
 
 from rllog.cli import main
-from rllog.doctor import Thresholds, check_run, diagnose, nonfinite_cells
+from rllog._format.rows import nonfinite_cells
+from rllog.doctor import Thresholds, check_run, diagnose
 
 
 def _only(findings, check):

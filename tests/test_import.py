@@ -10,7 +10,7 @@ import pytest
 
 from rllog.errors import RunFormatError
 from rllog.importers import import_tensorboard, import_trl
-from rllog.reader import read_run
+from rllog import read_run
 from rllog.storage import open_storage
 
 

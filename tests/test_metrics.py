@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rllog import RunLogger
-from rllog.encoding import MetricsEncoder, decode_json
+from rllog._format.codec import MetricsEncoder, decode_json
 
 
 class TorchLike:

@@ -11,9 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rllog import RunLogger
-from rllog._segments import StepResolver
+from rllog._format.rows import StepResolver
 from rllog.errors import RunFormatError
-from rllog.reader import MetricsTail, parse_iteration_file, read_run
+from rllog._format.layout import parse_iteration_file
+from rllog._read.run import MetricsTail, read_run
 from rllog.storage import LocalStorage, open_storage
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from rllog._summary import format_summary, summarize
+from rllog._read.summary import format_summary, summarize
 from rllog.importers import import_tensorboard, import_trl
-from rllog.reader import read_run
+from rllog import read_run
 
 REALDATA = Path(__file__).resolve().parents[1].parent / "shared" / "realdata"
 pytestmark = pytest.mark.skipif(not REALDATA.is_dir(), reason=f"real data folder {REALDATA} is missing")

@@ -15,15 +15,9 @@ import pytest
 
 from rllog import RunLogger
 from rllog.errors import RunFormatError
-from rllog.rollouts import (
-    StepSummary,
-    TrajectorySummary,
-    build_rollout_summaries,
-    decode_rollout_summaries,
-    read_rollouts,
-    rollouts_dataframe,
-    write_rollouts,
-)
+from rllog import StepSummary, TrajectorySummary, build_rollout_summaries, read_rollouts, rollouts_dataframe
+from rllog._read.rollouts import decode_rollout_summaries
+from rllog._write.rollouts import write_rollouts
 from rllog.storage import LocalStorage, open_storage
 
 TRAJ_KEYS = [
@@ -354,7 +348,7 @@ def test_matches_tinker_cookbook_serialize_rollout_summaries(storage):
         assert set(g) == set(w)
         assert json.dumps(g, sort_keys=True) == json.dumps(w, sort_keys=True)
     # ready-made records from tinker-cookbook are accepted as they are
-    records = build_rollout_summaries(want, 3)
+    records = build_rollout_summaries(3, want)
     assert [(r.group_idx, r.traj_idx) for r in records] == [(0, 0), (0, 1), (1, 0)]
     assert json.loads(json.dumps(want[0]))["steps"][0]["metrics"] == records[0].steps[0].metrics
 

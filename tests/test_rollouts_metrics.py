@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from rllog.rollouts import build_rollout_summaries, summarize_rollouts
+from rllog import build_rollout_summaries, summarize_rollouts
 
 
 def batch() -> tuple[list, list[list[str]]]:
@@ -79,7 +79,7 @@ EXPECTED_CODE = {
 
 def test_hand_computed_values_and_key_order():
     groups, tags = batch()
-    got = summarize_rollouts(build_rollout_summaries(groups, 4, tags=tags))
+    got = summarize_rollouts(build_rollout_summaries(4, groups, tags=tags))
     assert list(got) == list(EXPECTED_MATH) + list(EXPECTED_CODE) + list(EXPECTED_ALL)
     want = {**EXPECTED_MATH, **EXPECTED_CODE, **EXPECTED_ALL}
     for k, v in want.items():
@@ -89,7 +89,7 @@ def test_hand_computed_values_and_key_order():
 
 def test_raw_groups_give_the_same_metrics_and_prefix_applies():
     groups, tags = batch()
-    records = build_rollout_summaries(groups, 0, tags=tags)
+    records = build_rollout_summaries(0, groups, tags=tags)
     assert summarize_rollouts(groups, tags=tags) == summarize_rollouts(records)
     assert summarize_rollouts(records, prefix="test/")["test/env/all/reward/total"] == pytest.approx(2.5 / 6)
 
@@ -113,8 +113,8 @@ def test_empty_batch_and_nan_rewards():
 
 
 def test_groups_from_different_iterations_stay_apart():
-    a = build_rollout_summaries([[{"steps": [{"reward": 1.0}]}]], 1)
-    b = build_rollout_summaries([[{"steps": [{"reward": 0.0}]}]], 2)
+    a = build_rollout_summaries(1, [[{"steps": [{"reward": 1.0}]}]])
+    b = build_rollout_summaries(2, [[{"steps": [{"reward": 0.0}]}]])
     got = summarize_rollouts(a + b)
     assert got["env/all/by_group/frac_all_good"] == 0.5 and got["env/all/by_group/frac_all_bad"] == 0.5
 

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_rollouts import STEP_KEYS, TRAJ_KEYS, assert_same_records
 
-from rllog.rollouts import build_rollout_summaries, decode_rollout_summaries, encode_rollouts
+from rllog._read.rollouts import decode_rollout_summaries
+from rllog._write.rollouts import build_rollout_summaries, encode_rollouts
 
 # every code point, lone surrogates included
 text = st.text(st.characters(blacklist_categories=()), max_size=12)
@@ -83,6 +84,6 @@ def test_strict_json_has_no_tokens_and_keeps_finite_values(gs):
 @settings(max_examples=50, deadline=None)
 @given(groups)
 def test_public_builder_matches_the_encoded_records(gs):
-    records = build_rollout_summaries(gs, 7)
+    records = build_rollout_summaries(7, gs)
     _, data = encode(gs, strict=False)
     assert_same_records(decode_rollout_summaries(data), records)

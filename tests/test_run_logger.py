@@ -19,7 +19,8 @@ import pytest
 
 import rllog
 from rllog import RunLogger, load_config
-from rllog.config import REDACTED, config_to_dict
+from rllog._format.records import REDACTED
+from rllog._write.config import config_to_dict
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -282,7 +283,7 @@ def test_code_diff_outside_git_says_so(tmp_path: Path) -> None:
 
 
 def test_code_diff_is_bounded(tmp_path: Path) -> None:
-    from rllog._codediff import code_diff
+    from rllog._write.codediff import code_diff
 
     repo = tmp_path / "big"
     repo.mkdir()
@@ -296,7 +297,7 @@ def test_code_diff_is_bounded(tmp_path: Path) -> None:
 
 
 def test_code_diff_keeps_bytes_cuts_at_lines_and_handles_unborn_and_detached_heads(tmp_path: Path) -> None:
-    from rllog._codediff import code_diff
+    from rllog._write.codediff import code_diff
 
     repo = tmp_path / "r"
     repo.mkdir()

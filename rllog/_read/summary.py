@@ -9,22 +9,10 @@ import math
 import statistics
 from typing import Any
 
-from rllog.reader import EVAL_PREFIXES, STEP_KEYS, Run
+from rllog._format.vocab import EVAL_PREFIXES, KEY_METRICS, STEP_KEYS, TIME_KEYS
+from rllog._read.run import Run
 
-__all__ = ["KEY_METRICS", "TIME_KEYS", "columns", "key_metrics", "last_values", "metric_keys", "summarize", "format_summary", "format_diff"]
-
-#: metrics shown first when present, in this order: tinker-cookbook, TRL, custom loops.
-KEY_METRICS = (
-    "env/all/reward/total", "reward", "train/reward", "test/env/all/reward/total", "eval_reward",
-    "env/all/correct", "test/env/all/correct", "test/accuracy", "final/accuracy",
-    "loss", "train/loss", "train_mean_nll", "eval_loss",
-    "optim/entropy", "entropy", "optim/kl_sample_train_v1", "optim/kl_sample_train_v2", "kl", "objective/kl",
-    "teacher_kl", "grad_norm", "val/ratio", "clip_ratio/region_mean", "completions/clipped_ratio",
-    "completions/mean_length", "env/all/ac_tokens_per_turn", "optim/lr", "learning_rate", "progress/done_frac",
-)  # fmt: skip
-
-#: per-iteration wall time, in seconds, first found wins.
-TIME_KEYS = ("time/total", "time/training_loop/total", "step_time", "time/step", "time/iteration", "train/step_time")
+__all__ = ["columns", "key_metrics", "last_values", "metric_keys", "summarize", "format_summary", "format_diff"]
 
 _CONFIG_HINTS = (
     "model", "learning_rate", "lr", "batch", "group", "lora", "kl", "loss", "epoch", "max_steps",

@@ -6,7 +6,7 @@ TRL ``trainer_state.json``, and on URIs (``gs://``, ``s3://``, ``memory://``) th
 :func:`rllog.storage.open_storage`.
 
 Repeated steps (eval rows, trailing summary rows, restarts appended to one file) follow
-the rule in :mod:`rllog._segments`: one row per step, the latest segment wins, and the
+the rule in :mod:`rllog._format.rows`: one row per step, the latest segment wins, and the
 rows it replaced stay available as :attr:`Run.superseded`, together with the rows the
 writer moved aside into ``metrics.superseded.jsonl`` when a run was resumed.
 
@@ -22,46 +22,35 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rllog._jsonl import TORN_SUFFIX, JsonlTail
-from rllog._names import ARTIFACT_KINDS, parse_artifact_name, safe_eval_name
-from rllog._segments import StepResolver
-from rllog.checkpoints import CHECKPOINTS_FILE
-from rllog.encoding import decode_json
+from rllog._format.codec import decode_json
+from rllog._format.jsonl import JsonlTail
+from rllog._format.layout import (
+    ARTIFACT_KINDS,
+    CHECKPOINTS_FILE,
+    CONFIG_FILE,
+    METRICS_FILE,
+    SUPERSEDED_FILE,
+    TORN_SUFFIX,
+    Artifact,
+    parse_iteration_file,
+    safe_eval_name,
+)
+from rllog._format.rows import StepResolver
+from rllog._format.vocab import STEP_KEYS, is_eval
+from rllog._read.foreign import trl_rows
 from rllog.errors import RunFormatError
-from rllog.run_logger import CONFIG_FILE, METRICS_FILE, SUPERSEDED_FILE
 from rllog.storage import LocalStorage, Storage, open_for_reading
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["read_run", "Run", "Iteration", "Artifact", "MetricsTail", "STEP_KEYS", "EVAL_PREFIXES"]
-
-#: step columns tried in order when ``step_key`` is not given: rllog/tinker/TRL ``step``,
-#: HF/custom ``global_step``, W&B ``_step``, then ``iteration`` and ``grad_step``.
-STEP_KEYS = ("step", "global_step", "_step", "iteration", "grad_step")
-
-#: metric name prefixes of evaluation metrics (tinker ``test/...``, TRL ``eval_...``).
-#: ``val/`` is not one: PPO's ``val/ratio`` is a training metric.
-EVAL_PREFIXES = ("eval/", "eval_", "test/", "test_")
+__all__ = ["read_run", "Run", "Iteration", "MetricsTail"]
 
 MetricsTail = JsonlTail
-"""Incremental reader of a growing JSONL file; see :class:`rllog._jsonl.JsonlTail`."""
-
-_FLAT_HTML = re.compile(r"iteration_(\d{6,})\.html")  # old tinker-cookbook: no train_ prefix
-_NESTED = re.compile(r"iteration_(\d{6,})/(train|eval_.+?)(\.html|_logtree\.json|_rollout_summaries\.jsonl)")
+"""Incremental reader of a growing JSONL file; see :class:`rllog._format.jsonl.JsonlTail`."""
 
 
-@dataclass(frozen=True)
-class Artifact:
-    """One per-iteration file: ``name`` inside the run, ``split`` ``"train"``/``"eval"``,
-    ``eval_name`` (the safe evaluator name, None for train), ``kind`` in
-    ``"html"``, ``"logtree"``, ``"rollout_summaries"``."""
 
-    name: str
-    split: str
-    eval_name: str | None
-    iteration: int
-    kind: str
 
 
 @dataclass
@@ -84,32 +73,8 @@ class Iteration:
         return sorted({a.eval_name for a in self.artifacts if a.eval_name is not None})
 
 
-def parse_iteration_file(name: str) -> Artifact | None:
-    """The :class:`Artifact` a run file name stands for, else None.
-
-    Knows the rllog names (README.md "Files in a run": ``train_iteration_000012.html``,
-    ``eval_<name>_iteration_000012_logtree.json``, ...), the old flat tinker-cookbook
-    ``iteration_000012.html`` (train) and the nested ``iteration_000012/train.html``,
-    ``iteration_000012/eval_<name>_rollout_summaries.jsonl`` layout.
-    """
-    if "/" not in name:
-        parsed = parse_artifact_name(name)
-        if parsed is None:
-            m = _FLAT_HTML.fullmatch(name)
-            return Artifact(name, "train", None, int(m[1]), "html") if m else None
-    else:
-        m = _NESTED.fullmatch(name)
-        if m is None:
-            return None
-        parsed = parse_artifact_name(f"{m[2]}_iteration_{m[1]}{m[3]}")
-        if parsed is None:
-            return None
-    split, eval_name, iteration, kind = parsed
-    return Artifact(name, split, eval_name, iteration, kind)
 
 
-def _is_eval(column: str) -> bool:
-    return column.startswith(EVAL_PREFIXES)
 
 
 class Run:
@@ -131,8 +96,10 @@ class Run:
         prefix: str | None = "",
         step_key: str | None = None,
         trl_state: dict[str, Any] | None = None,
+        owns_storage: bool = True,
     ) -> None:
         self.storage = storage
+        self._owns_storage = owns_storage
         self.url = storage.url
         self.metrics_name = metrics_name
         self._prefix = prefix
@@ -152,8 +119,6 @@ class Run:
         self._iterations = None
         self._frames.clear()
         if self._trl_state is not None:
-            from rllog.importers import trl_rows
-
             rows, self.config, self._notes = trl_rows(self._trl_state)
             self._tail = self._ckpt_tail = None
             raw = [(i, {"step": s, **m}) for i, (s, m) in enumerate(rows, 1)]
@@ -239,7 +204,7 @@ class Run:
     # -- metrics -------------------------------------------------------------------------
     @property
     def rows(self) -> list[dict[str, Any]]:
-        """The standing metric rows as dicts: one per step, steps increasing (see :mod:`rllog._segments`),
+        """The standing metric rows as dicts: one per step, steps increasing (see :mod:`rllog._format.rows`),
         then rows without a step. Values as logged; NaN/Infinity tokens are floats, null is None."""
         r = self._resolver
         return r.kept + [row for _, row in r.unstepped]
@@ -280,7 +245,7 @@ class Run:
     @property
     def eval_columns(self) -> list[str]:
         """Metric columns that hold evaluation results (names starting with :data:`EVAL_PREFIXES`)."""
-        return [c for c in self.metrics.columns if _is_eval(c)]
+        return [c for c in self.metrics.columns if is_eval(c)]
 
     @property
     def train_metrics(self) -> pd.DataFrame:
@@ -294,7 +259,7 @@ class Run:
 
     def _split(self, train: bool) -> pd.DataFrame:
         df = self.metrics
-        cols = [c for c in df.columns if c != self.step_key and _is_eval(c) != train]
+        cols = [c for c in df.columns if c != self.step_key and is_eval(c) != train]
         keep = [self.step_key] if self.step_key in df.columns else []
         part = df[keep + cols]
         return part[part[cols].notna().any(axis=1)].reset_index(drop=True) if cols else part.iloc[:0]
@@ -463,6 +428,18 @@ class Run:
             out.append(f"{self.metrics_name}: {len(r.unstepped)} rows have {what}; kept at the end in file order")
         return out
 
+    def close(self) -> None:
+        """Release the run's storage handle (idempotent). A Run opened from a path or URL
+        owns its storage; one opened from a Storage leaves it to its owner."""
+        if self._owns_storage:
+            self.storage.close()
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
     def __repr__(self) -> str:
         return f"<Run {self.url!r} {self.metrics_name}: {len(self.rows)} rows, {len(self.iterations)} iterations>"
 
@@ -497,7 +474,7 @@ def read_run(log_path: str | os.PathLike[str] | Storage, *, step_key: str | None
             JSONL file (siblings ``<prefix>config.json``, ``<prefix>checkpoints.jsonl``
             are read when its name is ``<prefix>metrics.jsonl``); or a TRL
             ``trainer_state.json`` (its ``log_history`` as metrics, its other fields as
-            config; see :mod:`rllog.importers`); or an open Storage.
+            config; see :mod:`rllog._read.foreign`); or an open Storage.
         step_key: the step column; default the first of :data:`STEP_KEYS` in the first row.
         storage_options: passed to fsspec for URIs (e.g. ``token="anon"``).
 
@@ -510,7 +487,7 @@ def read_run(log_path: str | os.PathLike[str] | Storage, *, step_key: str | None
         OSError: the storage failed.
     """
     if not isinstance(log_path, (str, os.PathLike)):
-        return Run(open_for_reading(log_path), METRICS_FILE, step_key=step_key)
+        return Run(open_for_reading(log_path), METRICS_FILE, step_key=step_key, owns_storage=False)
     url = os.fspath(log_path).removeprefix("file://")
     if "://" not in url:
         path = Path(url).expanduser()

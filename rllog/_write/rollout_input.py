@@ -1,6 +1,6 @@
 """Turning the trajectory shapes RL loops have into rollout summary records.
 
-Accepted shapes (see :func:`rllog.rollouts.build_rollout_summaries` for the contract):
+Accepted shapes (see :func:`rllog.build_rollout_summaries` for the contract):
 
 - groups: a list whose items are trajectory groups, each either a list/tuple of
   trajectories or a tinker-cookbook-like ``TrajectoryGroup`` (``trajectories_G``,
@@ -24,12 +24,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from itertools import chain
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from rllog.encoding import scalar, to_jsonable
+from rllog._format.codec import scalar, to_jsonable
+from rllog._format.records import StepSummary, TrajectorySummary
 
-if TYPE_CHECKING:
-    from rllog.rollouts import StepSummary, TrajectorySummary
 
 _FAST = frozenset({float, int, str, bool, type(None)})
 _STR = frozenset({str})
@@ -158,7 +157,6 @@ class _Builder:
     __slots__ = ("step_cls", "traj_cls", "iteration", "split", "_styles")
 
     def __init__(self, iteration: int, split: str) -> None:
-        from rllog.rollouts import StepSummary, TrajectorySummary
 
         self.step_cls = StepSummary
         self.traj_cls = TrajectorySummary

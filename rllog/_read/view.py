@@ -11,12 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from rllog._format.rows import nonfinite_cells
+from rllog._read.run import read_run
 from rllog.storage import Storage
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from rllog.reader import Artifact
+    from rllog._format.layout import Artifact
 
 
 @dataclass
@@ -51,9 +53,6 @@ def open_run(log_path: Any) -> RunView:
     Raises:
         FileNotFoundError: nothing at ``log_path``. RunFormatError: not a run.
     """
-    from rllog.doctor import nonfinite_cells
-    from rllog.reader import read_run
-
     run = read_run(log_path)
     folder = run.url.rstrip("/").rsplit("/", 1)[-1]
     return RunView(

@@ -1,6 +1,6 @@
-"""Rollout summaries: one JSON object per trajectory, one file per iteration and split.
+"""Writing rollout summaries: one JSON object per trajectory, one file per iteration and split.
 
-Files (DESIGN.md §1, names from :func:`rllog._names.artifact_name`)::
+Files (docs/FORMATS.md §1, names from :func:`rllog._format.layout.artifact_name`)::
 
     train_iteration_000010_rollout_summaries.jsonl
     eval_<name>_iteration_000010_rollout_summaries.jsonl
@@ -35,92 +35,26 @@ extra fields still read.
 from __future__ import annotations
 
 import json
-import math
 import os
-import warnings
-from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+import tempfile
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import msgspec
 
-from rllog._names import artifact_name, safe_eval_name
-from rllog._rollout_input import build
-from rllog.encoding import to_jsonable
-from rllog.errors import RunFormatError
-from rllog.storage import Storage, open_for_reading
-
-if TYPE_CHECKING:
-    import pandas as pd
+from rllog._format.codec import to_jsonable
+from rllog._format.layout import artifact_name
+from rllog._format.records import TrajectorySummary
+from rllog._write.rollout_input import build
+from rllog.storage import Storage
 
 __all__ = [
-    "SCHEMA_VERSION",
-    "StepSummary",
-    "TrajectorySummary",
     "build_rollout_summaries",
+    "encode_rollouts",
     "write_rollouts",
-    "read_rollouts",
-    "decode_rollout_summaries",
-    "rollouts_dataframe",
     "summarize_rollouts",
+    "RolloutFiles",
 ]
-
-#: version of the record layout written by this rllog; readers accept newer files
-SCHEMA_VERSION = 1
-
-
-class StepSummary(msgspec.Struct, gc=False):
-    """One step (turn) of a trajectory.
-
-    Attributes:
-        step_idx: position of the step in the episode, from 0.
-        ob_len: observation (prompt) length in tokens.
-        ac_len: action (sampled completion) length in tokens.
-        reward: the step's reward.
-        episode_done: whether this step ended the episode.
-        metrics: the env's numeric per-step metrics (str -> number/bool/str/None).
-        logs: diagnostic values for people (str -> str/number; nested lists/dicts allowed).
-    """
-
-    step_idx: int
-    ob_len: int
-    ac_len: int
-    reward: float
-    episode_done: bool
-    metrics: dict[str, Any] = {}
-    logs: dict[str, Any] = {}
-
-
-class TrajectorySummary(msgspec.Struct, kw_only=True, gc=False):
-    """One trajectory (episode); one line of a ``*_rollout_summaries.jsonl`` file.
-
-    Attributes:
-        schema_version: record layout version (1).
-        split: ``"train"`` or ``"eval/<evaluator name>"``.
-        iteration: the training iteration (batch) the rollouts belong to.
-        group_idx: the group's position in the iteration's batch.
-        traj_idx: the trajectory's position in its group.
-        tags: the group's logging tags (e.g. the env or dataset name).
-        sampling_client_step: training step of the sampler's weights, or None.
-        total_reward: sum of step rewards plus ``final_reward``.
-        final_reward: the group-level reward given at the end (0.0 if none).
-        trajectory_metrics: the group-level metrics of this trajectory.
-        final_ob_len: length in tokens of the observation after the last step, or None.
-        steps: the steps in order.
-    """
-
-    schema_version: int = SCHEMA_VERSION
-    split: str
-    iteration: int
-    group_idx: int
-    traj_idx: int
-    tags: list[str] = []
-    sampling_client_step: int | None = None
-    total_reward: float
-    final_reward: float = 0.0
-    trajectory_metrics: dict[str, Any] = {}
-    final_ob_len: int | None = None
-    steps: list[StepSummary] = []
-
 
 # ------------------------------------------------------------------------------- writing
 
@@ -139,8 +73,8 @@ def _split_for(split: str | None, eval_name: str | None) -> str:
 
 
 def build_rollout_summaries(
-    groups: Sequence[Any],
     iteration: int,
+    groups: Sequence[Any],
     *,
     split: str | None = None,
     eval_name: str | None = None,
@@ -149,7 +83,8 @@ def build_rollout_summaries(
 ) -> list[TrajectorySummary]:
     """Records for one iteration's rollouts, in the order given.
 
-    ``groups`` is either
+    ``iteration`` comes first, as in :meth:`rllog.RunLogger.log_rollouts` and
+    :func:`write_rollouts`. ``groups`` is either
 
     - a list of trajectory groups (``groups_P``): each a list of trajectories, or a
       tinker-cookbook-like ``TrajectoryGroup`` (``trajectories_G``, ``final_rewards_G``,
@@ -180,7 +115,17 @@ def build_rollout_summaries(
         ValueError: unknown keys in a dict, a record whose iteration or split differs
             from this call's, per-group lists of the wrong length, a bad ``split``.
     """
+    _check_order(iteration, groups, "build_rollout_summaries")
     return build(groups, iteration, _split_for(split, eval_name), tags, sampling_client_step)[0]
+
+
+def _check_order(iteration: Any, groups: Any, call: str) -> None:
+    """Fail fast, with the fix, when a caller passes ``(groups, iteration)`` (the order before 0.2)."""
+    if isinstance(groups, int) and not isinstance(groups, bool) and not isinstance(iteration, int):
+        raise TypeError(
+            f"{call}(iteration, groups): got a {type(iteration).__name__} for iteration and the int {groups} "
+            f"for groups; the iteration comes first (as in log_rollouts), e.g. {call}({groups}, groups)"
+        )
 
 
 _ENCODER = msgspec.json.Encoder()
@@ -257,6 +202,7 @@ def encode_rollouts(
     strict_json: bool = False,
 ) -> tuple[str, list[TrajectorySummary], bytes]:
     """``(file name, records, file bytes)`` that :func:`write_rollouts` writes (same arguments)."""
+    _check_order(iteration, groups, "encode_rollouts")
     name = artifact_name(iteration, "rollout_summaries", eval_name)
     records, dirty, recheck = build(groups, iteration, _split_for(split, eval_name), tags, sampling_client_step)
     try:
@@ -266,185 +212,20 @@ def encode_rollouts(
     return name, records, data
 
 
-# ------------------------------------------------------------------------------- reading
-
-_DECODER = msgspec.json.Decoder(TrajectorySummary)
 
 
-def _nan_if_none(x: Any) -> Any:
-    return math.nan if x is None else x
 
 
-def _decode_line(line: bytes) -> TrajectorySummary:
-    """One record; NaN tokens, lone surrogates and strict-JSON nulls go through Python's json."""
-    try:
-        return _DECODER.decode(line)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        pass
-    obj = json.loads(line)
-    if isinstance(obj, dict):
-        for key in ("total_reward", "final_reward"):
-            if key in obj:
-                obj[key] = _nan_if_none(obj[key])
-        for step in obj.get("steps") or ():
-            if isinstance(step, dict) and "reward" in step:
-                step["reward"] = _nan_if_none(step["reward"])
-    return msgspec.convert(obj, TrajectorySummary)
 
 
-def decode_rollout_summaries(data: bytes, where: str = "rollout summaries") -> list[TrajectorySummary]:
-    """Parse the bytes of one ``*_rollout_summaries.jsonl`` file.
-
-    Blank lines are skipped. A last line without its newline that does not parse (a
-    torn write by a tool that does not write atomically) is dropped with a
-    ``RuntimeWarning``.
-
-    Raises:
-        RunFormatError: a complete line that is not a valid record; names ``where``
-            and the line number.
-    """
-    try:
-        return _DECODER.decode_lines(data)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        pass
-    lines = data.split(b"\n")
-    out = []
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            out.append(_decode_line(line))
-        except (ValueError, msgspec.ValidationError) as e:
-            if i == len(lines) - 1:
-                warnings.warn(f"{where}: dropped a torn last line ({len(line)} bytes): {e}", RuntimeWarning, stacklevel=3)
-                break
-            raise RunFormatError(f"{where}, line {i + 1}: not a rollout summary record: {e}") from None
-    return out
 
 
-def _rollout_files(
-    storage: Storage, iteration: int | None, split: str | None, eval_name: str | None
-) -> list[str]:
-    if split not in (None, "train", "eval"):
-        raise ValueError(f"split must be 'train', 'eval' or None (both), got {split!r}")
-    if eval_name is not None:
-        if split == "train":
-            raise ValueError(f"eval_name={eval_name!r} with split='train': evaluator files are split 'eval'")
-        split, eval_name = "eval", safe_eval_name(eval_name)
-    from rllog.reader import parse_iteration_file  # also knows tinker-cookbook's iteration_NNNNNN/ layout
-
-    found = []
-    for name in storage.list():
-        a = parse_iteration_file(name)
-        if (
-            a is not None
-            and a.kind == "rollout_summaries"
-            and (split is None or a.split == split)
-            and (eval_name is None or a.eval_name == eval_name)
-            and (iteration is None or a.iteration == iteration)
-        ):
-            found.append(((a.iteration, a.split != "train", a.eval_name or ""), name))
-    return [name for _, name in sorted(found)]
 
 
-def read_rollouts(
-    source: str | os.PathLike[str] | Storage,
-    iteration: int | None = None,
-    *,
-    split: str | None = None,
-    eval_name: str | None = None,
-) -> Iterator[TrajectorySummary]:
-    """Iterate the rollout summary records of a run, file by file.
-
-    ``source`` is a run (``log_path`` folder, URL such as ``gs://bucket/run``, or a
-    :class:`Storage`), or the path of one local ``*_rollout_summaries.jsonl`` file (then
-    the filters are ignored). Files come in order of iteration, train before eval,
-    evaluators by name; tinker-cookbook's ``iteration_NNNNNN/train_rollout_summaries.jsonl``
-    layout is read too. Filters: ``iteration`` (None = all), ``split`` (``"train"``,
-    ``"eval"``, None = both), ``eval_name`` (one evaluator, raw or file-safe name).
-
-    Raises:
-        RunFormatError: a file holds a line that is not a record.
-        FileNotFoundError: ``source`` is a local path that does not exist.
-    """
-    if isinstance(source, (str, os.PathLike)) and os.path.isfile(source):
-        with open(source, "rb") as f:
-            yield from decode_rollout_summaries(f.read(), os.fspath(source))
-        return
-    if isinstance(source, (str, os.PathLike)) and "://" not in os.fspath(source) and not os.path.isdir(source):
-        raise FileNotFoundError(f"no run folder or rollout summaries file at {os.fspath(source)!r}")
-    storage = source if isinstance(source, Storage) else open_for_reading(source)
-    try:
-        for name in _rollout_files(storage, iteration, split, eval_name):
-            yield from decode_rollout_summaries(storage.read(name), f"{storage.url}/{name}")
-    finally:
-        if storage is not source:
-            storage.close()
 
 
-def _records(source: Any, iteration: int | None, split: str | None, eval_name: str | None) -> Iterable[TrajectorySummary]:
-    if isinstance(source, (list, tuple)):
-        return source
-    return read_rollouts(source, iteration, split=split, eval_name=eval_name)
 
 
-def rollouts_dataframe(
-    source: str | os.PathLike[str] | Storage | Sequence[TrajectorySummary],
-    iteration: int | None = None,
-    *,
-    split: str | None = None,
-    eval_name: str | None = None,
-    per: str = "trajectory",
-) -> pd.DataFrame:
-    """Rollout summaries as a pandas DataFrame.
-
-    ``source`` and the filters are as in :func:`read_rollouts`; a list of records is
-    also accepted. ``per="trajectory"`` gives one row per trajectory with columns
-    ``split, iteration, group_idx, traj_idx, tags, sampling_client_step, total_reward,
-    final_reward, final_ob_len, num_steps, total_ob_tokens, total_ac_tokens`` and
-    ``trajectory_metrics/<key>`` for each trajectory metric. ``per="step"`` gives one
-    row per step with ``split, iteration, group_idx, traj_idx, tags,
-    sampling_client_step, total_reward, final_reward, step_idx, ob_len, ac_len,
-    reward, episode_done``, ``metrics/<key>`` and ``logs/<key>``. A key missing in a
-    row is NaN/None.
-
-    Raises:
-        ValueError: ``per`` is not ``"trajectory"`` or ``"step"``.
-    """
-    import pandas as pd
-
-    if per not in ("trajectory", "step"):
-        raise ValueError(f"per must be 'trajectory' or 'step', got {per!r}")
-    rows: list[dict[str, Any]] = []
-    for r in _records(source, iteration, split, eval_name):
-        head = {
-            "split": r.split,
-            "iteration": r.iteration,
-            "group_idx": r.group_idx,
-            "traj_idx": r.traj_idx,
-            "tags": r.tags,
-            "sampling_client_step": r.sampling_client_step,
-            "total_reward": r.total_reward,
-            "final_reward": r.final_reward,
-        }
-        if per == "trajectory":
-            head["final_ob_len"] = r.final_ob_len
-            head["num_steps"] = len(r.steps)
-            head["total_ob_tokens"] = sum(s.ob_len for s in r.steps)
-            head["total_ac_tokens"] = sum(s.ac_len for s in r.steps)
-            for k, v in r.trajectory_metrics.items():
-                head[f"trajectory_metrics/{k}"] = v
-            rows.append(head)
-            continue
-        for s in r.steps:
-            row = dict(head)
-            row.update(step_idx=s.step_idx, ob_len=s.ob_len, ac_len=s.ac_len, reward=s.reward, episode_done=s.episode_done)
-            for k, v in s.metrics.items():
-                row[f"metrics/{k}"] = v
-            for k, v in s.logs.items():
-                row[f"logs/{k}"] = v
-            rows.append(row)
-    return pd.DataFrame.from_records(rows)
 
 
 # ------------------------------------------------------------------------ summary metrics
@@ -533,7 +314,7 @@ def summarize_rollouts(
     """
     records = list(rollouts)
     if records and not all(isinstance(r, TrajectorySummary) for r in records):
-        records = build_rollout_summaries(records, 0, tags=tags)
+        records = build_rollout_summaries(0, records, tags=tags)
     groups: dict[tuple[str, int, int], list[TrajectorySummary]] = {}
     for r in records:
         groups.setdefault((r.split, r.iteration, r.group_idx), []).append(r)
@@ -548,3 +329,54 @@ def summarize_rollouts(
             out.update({f"{prefix}env/{tag}/{k}": v for k, v in _batch_metrics(recs, gs, good_threshold).items()})
     out.update({f"{prefix}env/all/{k}": v for k, v in _batch_metrics(records, list(groups.values()), good_threshold).items()})
     return out
+
+
+class RolloutFiles:
+    """Rollout summary files a backend refused, kept in memory and written again later.
+
+    ``add(name, data)`` replaces an unwritten file of the same name (a newer one wins);
+    ``write()`` writes the kept files in order and returns False at the first refusal
+    (``warn(kind, message)`` is told once per error kind); ``save_elsewhere()`` puts
+    what is still unwritten into a local temp folder at close and returns a message.
+    """
+
+    def __init__(self, storage: Storage, warn: Callable[[str, str], None]) -> None:
+        self._storage = storage
+        self._warn = warn
+        self.unwritten: dict[str, bytes] = {}
+
+    def add(self, name: str, data: bytes) -> bool:
+        """Keep ``data`` for ``name`` and write every kept file; False if one was refused."""
+        self.unwritten[name] = data
+        return self.write()
+
+    def write(self) -> bool:
+        unwritten = self.unwritten
+        for name in list(unwritten):
+            try:
+                self._storage.write(name, unwritten[name])
+            except OSError as exc:
+                self._warn(
+                    f"rollouts:{type(exc).__name__}",
+                    f"could not write {self._storage.url}/{name}: {exc}. Training goes on; "
+                    f"{len(unwritten)} rollout summary file(s) are kept in memory and retried on the "
+                    "next log_rollouts call and at close.",
+                )
+                return False
+            del unwritten[name]
+        return True
+
+    def save_elsewhere(self) -> str | None:
+        """After a last :meth:`write`: save what is still unwritten to a temp folder.
+        Returns what happened (for the logger's warnings), None when nothing was left."""
+        if not self.unwritten or self.write():
+            return None
+        what = f"{len(self.unwritten)} rollout summary file(s) could not be written to {self._storage.url}"
+        try:
+            folder = tempfile.mkdtemp(prefix="rllog-unwritten-rollouts-")
+            for name, data in self.unwritten.items():
+                with open(os.path.join(folder, name), "wb") as f:
+                    f.write(data)
+        except OSError as exc:
+            return f"{what}, nor to a temp folder ({exc}): {sorted(self.unwritten)} are lost"
+        return f"{what}; they were saved to {folder}"

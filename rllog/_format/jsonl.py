@@ -1,79 +1,36 @@
-"""JSONL file helpers shared by the writer and the reader: torn tails, line splitting, tolerant
-parsing and incremental reading of a growing file.
+"""JSONL helpers shared by the writer and the reader: line splitting, the step of a row,
+tolerant parsing, and incremental reading of a growing file through a small
+:class:`Readable` protocol (any Storage is one).
 
 Reading never stops at damage: a line that is not a JSON object is skipped and reported
 with its 1-based line number, and the final line may be torn (a process killed
 mid-write) without a trailing newline. ``NaN``/``Infinity`` tokens and ``null`` are
-accepted (:func:`rllog.encoding.decode_json`).
+accepted (:func:`rllog._format.codec.decode_json`).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
-from rllog.encoding import decode_json
-from rllog.storage import Storage
+from rllog._format.codec import decode_json
 
-__all__ = ["repair_torn_tail", "iter_lines", "row_step", "parse_lines", "JsonlTail", "TORN_SUFFIX"]
+__all__ = ["Readable", "iter_lines", "row_step", "parse_lines", "JsonlTail"]
 
-#: torn fragments of ``X`` are appended to ``X`` + this suffix, one per line
-TORN_SUFFIX = ".torn"
+
+class Readable(Protocol):
+    """What :class:`JsonlTail` needs of a storage: sizes and byte ranges of named files."""
+
+    url: str
+
+    def size(self, name: str) -> int: ...
+    def read_range(self, name: str, start: int, end: int | None = None) -> bytes: ...
+
+
 _STEP_PREFIX = re.compile(rb'\{\s*"step"\s*:\s*(-?\d+)\s*[,}]')
-
-
-def repair_torn_tail(storage: Storage, name: str) -> str | None:
-    """Make sure the next row appended to ``name`` starts on a fresh line.
-
-    A file whose last byte is not ``\\n`` was cut mid-write (the process was killed).
-    If the unterminated tail is a whole JSON object (only the newline is missing) a
-    ``\\n`` is added; otherwise the tail is copied, byte for byte, to ``name + ".torn"``
-    and then cut from ``name`` (in place where the storage can truncate, so a process
-    still holding the file open keeps writing to the same file). Only the tail is read.
-    Nothing is deleted without a copy.
-
-    Returns a message describing the repair, or None when there was nothing to do
-    (including a missing file).
-    """
-    try:
-        size = storage.size(name)
-    except FileNotFoundError:
-        return None
-    if size == 0 or storage.read_range(name, size - 1, size) == b"\n":
-        return None
-    cut, chunk = 0, 1 << 16
-    end = size
-    while end > 0:  # find the last newline, reading backwards
-        start = max(0, end - chunk)
-        block = storage.read_range(name, start, end)
-        nl = block.rfind(b"\n")
-        if nl >= 0:
-            cut = start + nl + 1
-            break
-        end = start
-        chunk *= 2
-    tail = storage.read_range(name, cut, size)
-    try:
-        whole = isinstance(decode_json(tail), dict)
-    except ValueError:
-        whole = False
-    if whole:
-        storage.append(name, b"\n")
-        return f"{storage.url}/{name}: the last row had no newline; added one"
-    storage.append(name + TORN_SUFFIX, tail + b"\n")
-    storage.flush(durable=True)
-    truncate = getattr(storage, "truncate", None)
-    if truncate is not None:
-        truncate(name, cut)
-    else:
-        storage.write(name, storage.read(name)[:cut])
-    return (
-        f"{storage.url}/{name}: moved a torn last line ({len(tail)} bytes, cut mid-write) "
-        f"to {name}{TORN_SUFFIX}; new rows start on a fresh line"
-    )
 
 
 def iter_lines(data: bytes, first_line: int = 1) -> Iterator[tuple[int, bytes]]:
@@ -99,7 +56,9 @@ def row_step(line: bytes) -> Any:
 _decode_fast = msgspec.json.decode
 
 
-def parse_lines(data: bytes, name: str, first_line: int = 1) -> tuple[list[tuple[int, dict]], list[str]]:
+def parse_lines(
+    data: bytes, name: str, first_line: int = 1
+) -> tuple[list[tuple[int, dict[str, Any]]], list[str]]:
     """Parse newline-separated JSON objects.
 
     Returns ``(rows, problems)``: ``rows`` is ``[(line_number, object), ...]`` (1-based,
@@ -134,7 +93,7 @@ def parse_lines(data: bytes, name: str, first_line: int = 1) -> tuple[list[tuple
 
 
 class JsonlTail:
-    """Reads a growing JSONL file of a :class:`~rllog.storage.Storage` incrementally.
+    """Reads a growing JSONL file of a :class:`Readable` (any Storage) incrementally.
 
     Each :meth:`poll` reads only the bytes after the last complete line it returned
     (``Storage.size`` + ``Storage.read_range``; on object stores ``read_range`` may
@@ -151,7 +110,7 @@ class JsonlTail:
         torn: a message about an unparseable unterminated last line, or None.
     """
 
-    def __init__(self, storage: Storage, name: str) -> None:
+    def __init__(self, storage: Readable, name: str) -> None:
         self.storage = storage
         self.name = name
         self.offset = 0

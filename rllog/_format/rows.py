@@ -1,7 +1,7 @@
 """Which metric rows stand when a step repeats: segments, merged rows, superseded rows.
 
 Real metrics files repeat steps for two different reasons, and a reader must tell
-them apart (examples from ``shared/realdata/SOURCES.md``):
+them apart (examples from public runs, tested in ``tests/`` on real logs):
 
 - *one step logged in several rows*: tinker-cookbook writes an eval-only row
   (``test/test/env/all/*``) and the train row with the same step; a trailing
@@ -49,10 +49,12 @@ five sessions of ``bash_codeforces/metrics.jsonl`` (steps 0,0,0,0,1,0) to its la
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["StepResolver"]
+__all__ = ["StepResolver", "nonfinite_cells"]
 
 
 def _clashes(old: dict[str, Any], new: dict[str, Any], step_key: str) -> bool:
@@ -129,3 +131,18 @@ class StepResolver:
     def segments(self) -> int:
         """Number of segments (0 for no stepped rows)."""
         return len(self.restarts) + 1 if (self.kept or self.superseded) else 0
+
+
+def nonfinite_cells(rows: Iterable[Mapping[str, Any]], step_key: str | None = "step") -> dict[str, list[int]]:
+    """``{metric: [step, ...]}`` of the NaN/±Inf float values in metric rows (dicts, e.g. ``Run.rows``).
+
+    A missing key or ``null`` is not a NaN: only values the loop logged as NaN/Inf count.
+    Rows without an int ``step_key`` value use their position.
+    """
+    out: dict[str, list[int]] = {}
+    for pos, row in enumerate(rows):
+        step = row.get(step_key, pos) if step_key else pos
+        for key, value in row.items():
+            if type(value) is float and not math.isfinite(value):
+                out.setdefault(key, []).append(step if isinstance(step, int) else pos)
+    return out

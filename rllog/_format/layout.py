@@ -1,0 +1,162 @@
+"""Every file name of a run (docs/FORMATS.md §1): the fixed files and the per-iteration artifacts.
+
+Pure: no I/O. The write side builds names with :func:`artifact_name`; the read side
+parses them with :func:`parse_iteration_file`.
+
+``train_iteration_000012.html``, ``eval_<name>_iteration_000012_logtree.json``, ...
+The iteration is zero-padded to 6 digits; larger numbers keep all their digits.
+
+Evaluator names are made safe with :func:`safe_eval_name`: a name that is already
+lower-case ``[a-z0-9._-]``, starts with a letter or digit, is at most 64 characters and
+does not end like a hashed name is kept as it is; any other name is reduced to those
+characters, cut to 40, and given the suffix ``-h`` + 10 hex digits of its SHA-256.
+Kept names never end in that suffix, so two different raw names never share a file
+name (up to a 40-bit hash collision among hashed names), even on case-insensitive
+file systems, and no name can leave ``log_path``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+__all__ = [
+    "METRICS_FILE",
+    "SUPERSEDED_FILE",
+    "CONFIG_FILE",
+    "CODE_DIFF_FILE",
+    "CHECKPOINTS_FILE",
+    "LOCK_FILE",
+    "INDEX_FILE",
+    "TORN_SUFFIX",
+    "ARTIFACT_KINDS",
+    "Artifact",
+    "safe_eval_name",
+    "artifact_name",
+    "parse_artifact_name",
+    "parse_iteration_file",
+]
+
+#: one JSON object per logged step, ``"step"`` first
+METRICS_FILE = "metrics.jsonl"
+#: rows moved out of metrics.jsonl on resume (steps at or past the resume point), byte for byte
+SUPERSEDED_FILE = "metrics.superseded.jsonl"
+#: the training config, indented JSON; an older copy is kept as ``config.<UTC time>.json``
+CONFIG_FILE = "config.json"
+#: commit, ``git diff HEAD`` and untracked files at start
+CODE_DIFF_FILE = "code.diff"
+#: one record per checkpoint
+CHECKPOINTS_FILE = "checkpoints.jsonl"
+#: held (``flock``) by the live writer of a local run; holds its pid
+LOCK_FILE = ".rllog.lock"
+#: the run's overview page
+INDEX_FILE = "index.html"
+#: torn fragments of ``X`` are appended to ``X`` + this suffix, one per line
+TORN_SUFFIX = ".torn"
+
+_KEEP = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+_HASHED = re.compile(r".*-h[0-9a-f]{10}")
+_BAD = re.compile(r"[^a-z0-9._-]+")
+
+#: suffix of each artifact kind after ``..._iteration_NNNNNN``
+ARTIFACT_KINDS = {
+    "html": ".html",
+    "logtree": "_logtree.json",
+    "rollout_summaries": "_rollout_summaries.jsonl",
+}
+
+_ARTIFACT_RE = re.compile(
+    r"^(?:(?P<train>train)|eval_(?P<eval>.+))_iteration_(?P<iteration>\d{6,})"
+    r"(?P<kind>\.html|_logtree\.json|_rollout_summaries\.jsonl)$"
+)
+
+
+def safe_eval_name(name: str) -> str:
+    """The file-name-safe form of evaluator ``name`` (see the module docstring).
+
+    Raises:
+        TypeError: if ``name`` is not a str.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"evaluator name must be a str, got {type(name).__name__}")
+    if _KEEP.fullmatch(name) and not _HASHED.fullmatch(name):
+        return name
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+    base = _BAD.sub("_", name.lower()).lstrip("._-")[:40].rstrip("._-")
+    return f"{base or 'unnamed'}-h{digest}"
+
+
+def artifact_name(iteration: int, kind: str, eval_name: str | None = None) -> str:
+    """``train_iteration_NNNNNN<suffix>`` or ``eval_<safe name>_iteration_NNNNNN<suffix>``.
+
+    ``kind`` is ``"html"``, ``"logtree"`` or ``"rollout_summaries"``.
+
+    Raises:
+        ValueError: unknown kind or a negative iteration.
+        TypeError: iteration not an int.
+    """
+    if isinstance(iteration, bool) or not isinstance(iteration, int):
+        raise TypeError(f"iteration must be an int, got {type(iteration).__name__}: {iteration!r:.40}")
+    if iteration < 0:
+        raise ValueError(f"iteration must be >= 0, got {iteration}")
+    try:
+        suffix = ARTIFACT_KINDS[kind]
+    except KeyError:
+        raise ValueError(f"artifact kind must be one of {sorted(ARTIFACT_KINDS)}, got {kind!r}") from None
+    head = "train" if eval_name is None else f"eval_{safe_eval_name(eval_name)}"
+    return f"{head}_iteration_{iteration:06d}{suffix}"
+
+
+def parse_artifact_name(file_name: str) -> tuple[str, str | None, int, str] | None:
+    """``(split, eval_name, iteration, kind)`` for an artifact file name, else None.
+
+    ``split`` is ``"train"`` or ``"eval"``; ``eval_name`` is the safe name in the file.
+    """
+    m = _ARTIFACT_RE.match(file_name)
+    if m is None:
+        return None
+    kind = {v: k for k, v in ARTIFACT_KINDS.items()}[m["kind"]]
+    split = "train" if m["train"] else "eval"
+    return split, m["eval"], int(m["iteration"]), kind
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One per-iteration file: ``name`` inside the run, ``split`` ``"train"``/``"eval"``,
+    ``eval_name`` (the safe evaluator name, None for train), ``kind`` in
+    ``"html"``, ``"logtree"``, ``"rollout_summaries"``."""
+
+    name: str
+    split: str
+    eval_name: str | None
+    iteration: int
+    kind: str
+
+
+_FLAT_HTML = re.compile(r"iteration_(\d{6,})\.html")  # old tinker-cookbook: no train_ prefix
+_NESTED = re.compile(r"iteration_(\d{6,})/(train|eval_.+?)(\.html|_logtree\.json|_rollout_summaries\.jsonl)")
+
+
+def parse_iteration_file(name: str) -> Artifact | None:
+    """The :class:`Artifact` a run file name stands for, else None.
+
+    Knows the rllog names (``train_iteration_000012.html``,
+    ``eval_<name>_iteration_000012_logtree.json``, ...), the old flat tinker-cookbook
+    ``iteration_000012.html`` (train) and the nested ``iteration_000012/train.html``,
+    ``iteration_000012/eval_<name>_rollout_summaries.jsonl`` layout.
+    """
+    if "/" not in name:
+        parsed = parse_artifact_name(name)
+        if parsed is None:
+            m = _FLAT_HTML.fullmatch(name)
+            return Artifact(name, "train", None, int(m[1]), "html") if m else None
+    else:
+        m = _NESTED.fullmatch(name)
+        if m is None:
+            return None
+        parsed = parse_artifact_name(f"{m[2]}_iteration_{m[1]}{m[3]}")
+        if parsed is None:
+            return None
+    split, eval_name, iteration, kind = parsed
+    return Artifact(name, split, eval_name, iteration, kind)

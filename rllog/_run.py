@@ -1,0 +1,540 @@
+"""RunLogger: the object a training loop holds to write one run.
+
+Example::
+
+    with RunLogger("runs/exp1", config=cfg, resume=True) as logger:
+        start = logger.resume_state.batch if logger.resume_state else 0
+        for i in range(start, n_batches):
+            ...
+            logger.log_metrics(i, {"progress/batch": i, "env/all/reward/total": r})
+            if (i + 1) % 10 == 0:
+                logger.log_checkpoint(f"{i + 1:06d}", batch=i + 1, state_path=path)
+
+What survives a crash: locally, every row ``log_metrics`` returned from is in the OS
+(``os.write`` on an ``O_APPEND`` descriptor) and survives a killed process; checkpoint
+records and everything before them are fsynced. On object stores, rows are uploaded by
+the storage's flush (see :mod:`rllog.storage`); a checkpoint record is appended only
+after everything before it was uploaded.
+
+Failures of the backend (disk full, bucket down) never raise out of ``log_metrics``:
+rows are kept in memory and retried on the next call, a warning is given once per kind,
+and ``close`` says what could not be written and where it was saved instead. Misuse
+(a metric that is not a number or string, a bad step) raises at the call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from typing import Any
+
+from rllog._format.codec import encode_json
+from rllog._format.layout import CHECKPOINTS_FILE, CODE_DIFF_FILE, CONFIG_FILE, METRICS_FILE
+from rllog._format.records import ResumeState, last_checkpoint
+from rllog._write.checkpoints import CheckpointCommitter, checkpoint_record, read_checkpoints
+from rllog._write.metrics import MetricsWriter
+from rllog._write.notes import Notes
+from rllog._write.rank import process_rank
+from rllog._write.resume import lock_run, repair_torn_tail, supersede, timestamped
+from rllog._write.rollouts import RolloutFiles, encode_rollouts
+from rllog.errors import StorageError
+from rllog.storage import FsspecStorage, LocalStorage, Storage, open_storage
+
+__all__ = ["RunLogger", "NullRunLogger"]
+
+#: seconds ``close`` waits for uploads when neither it nor the storage says (a local run never waits)
+_DEFAULT_CLOSE_TIMEOUT = 60.0
+#: seconds without upload progress after which ``close`` stops waiting (a bucket that is down)
+_NO_PROGRESS_TIMEOUT = 5.0
+
+
+class RunLogger:
+    """Writes one run's files into ``log_path`` (a folder or a URL: ``gs://``, ``s3://``, ``memory://``).
+
+    Args:
+        log_path: where the run lives; or a :class:`rllog.Storage`.
+        config: a config to write to config.json at start (see :meth:`log_config`).
+        resume: continue a run: find the last checkpoint record with ``resume_key``,
+            expose it as :attr:`resume_state`, and move metric rows at or past
+            ``resume_state.batch`` (all rows when there is no checkpoint) to
+            ``metrics.superseded.jsonl`` so re-run steps do not stand twice. A row's
+            position is its ``progress/batch`` when it logs one (so a ``step`` that
+            counts samples or tokens works), else its ``step``.
+        resume_key: the checkpoint key that holds the next batch (default ``"batch"``);
+            metric steps are compared with it.
+        strict_json: write NaN/±Infinity as ``null`` (strict JSON) instead of the
+            ``NaN``/``Infinity`` tokens.
+        code_diff: write code.diff (commit, ``git diff HEAD``, untracked files) at start.
+        rank: this process's rank; default from torch.distributed, ``$RANK`` or
+            ``$LOCAL_RANK``. Only rank 0 writes unless ``all_ranks=True``; on other
+            ranks ``RunLogger(...)`` returns a :class:`NullRunLogger`, whose every method
+            is a cheap no-op (:attr:`is_writer` is False).
+        all_ranks: write from every rank (then give each rank its own ``log_path``).
+        console: also print a one-line summary of each metrics row to stderr.
+        index: write ``index.html`` (charts of the main metrics, the stability doctor's
+            findings, links to every report; see ``rllog index``) at close, and set
+            :attr:`index_url`.
+        shared: join a run that another process is writing (e.g. a separate evaluation
+            process adding its reports): no lock, no start-up repair or resume; rows
+            are appended to the same files. Without it, opening a local run that
+            another live RunLogger holds raises RuntimeError.
+        storage_options: passed to fsspec for URLs (``token=``, ``endpoint_url=``...).
+
+    Raises:
+        TypeError, ValueError: on a bad ``log_path`` or argument.
+        RuntimeError: another live process writes this (local) run and ``shared`` is not set.
+        StorageError: ``resume=True`` and the run's files cannot be read (a bucket that
+            does not answer); StoragePermanentError: the bucket is missing or access is
+            denied (found at open).
+        ImportError: when the URL's fsspec backend is missing (names the package).
+    """
+
+    def __new__(cls, *args: Any, rank: int | None = None, all_ranks: bool = False, **kwargs: Any) -> RunLogger:
+        if cls is RunLogger and not all_ranks and (process_rank() if rank is None else int(rank)) != 0:
+            return object.__new__(NullRunLogger)
+        return object.__new__(cls)
+
+    def __init__(
+        self,
+        log_path: str | os.PathLike[str] | Storage,
+        *,
+        config: Any = None,
+        resume: bool = False,
+        resume_key: str = "batch",
+        strict_json: bool = False,
+        code_diff: bool = True,
+        rank: int | None = None,
+        all_ranks: bool = False,
+        console: bool = False,
+        shared: bool = False,
+        index: bool = True,
+        _worker: bool = False,
+        **storage_options: Any,
+    ) -> None:
+        if shared and resume:
+            raise ValueError(
+                "RunLogger(shared=True, resume=True): a shared logger joins a run another process "
+                "writes, and that process owns its resume; pass one of them"
+            )
+        self.rank = process_rank() if rank is None else int(rank)
+        self.is_writer = True
+        self.strict_json = strict_json
+        self.resume_key = resume_key
+        self.resume_state: ResumeState | None = None
+        self._notes = Notes()
+        self.warnings = self._notes.messages
+        self._storage_options = storage_options
+        self._owns_storage = isinstance(log_path, (str, os.PathLike))
+        self._closed = False
+        self._written: set[tuple[str, Any, str | None]] = set()  # iteration artifacts written by this logger
+        self._diff_thread: threading.Thread | None = None
+        self.storage: Storage = open_storage(log_path, **storage_options)
+        self.log_path = self.storage.url
+        self._run_lock: int | None = None
+        self._worker = _worker or shared
+        self._index = index
+        self.index_url: str | None = None
+        if not self._worker:
+            self._run_lock, holder = lock_run(self.storage)
+            if holder is not None:
+                raise RuntimeError(
+                    f"{self.log_path} is being written by process {holder} (it holds .rllog.lock): "
+                    f"{'a resume' if resume else 'a second run'} there would mix both processes' rows. Stop "
+                    "that process first (a requeued job whose old copy still runs), log to another path, or "
+                    "pass shared=True to add this process's rows and reports to the same run on purpose"
+                )
+            self._start(resume)
+        warn = self._notes.warn_once
+        self._metrics = MetricsWriter(self.storage, strict_json=strict_json, console=console, warn=warn)
+        self._rollouts = RolloutFiles(self.storage, warn)
+        self._checkpoints = CheckpointCommitter(
+            self.storage, self._metrics, self._rollouts, strict_json=strict_json,
+            background=not isinstance(self.storage, LocalStorage), warn=warn,
+        )
+        if config is not None:
+            self.log_config(config)
+        if code_diff and not self._worker:
+            self._diff_thread = threading.Thread(target=self._write_code_diff, name="rllog-code-diff", daemon=True)
+            self._diff_thread.start()
+
+    @property
+    def console(self) -> bool:
+        """Print a one-line summary of each metrics row to stderr."""
+        return self._metrics.console
+
+    @console.setter
+    def console(self, value: bool) -> None:
+        self._metrics.console = value
+
+    # -- start of a run -------------------------------------------------------------
+
+    def _start(self, resume: bool) -> None:
+        storage = self.storage
+        try:
+            self._start_checks(resume)
+        except OSError as exc:
+            if resume:
+                raise StorageError(f"cannot resume {storage.url}: its files cannot be read ({exc})") from exc
+            self._notes.note(
+                f"could not read {storage.url} at start ({exc}); skipped the check for torn last lines. "
+                "Rows are kept and uploaded when it answers."
+            )
+
+    def _start_checks(self, resume: bool) -> None:
+        storage = self.storage
+        for name in (METRICS_FILE, CHECKPOINTS_FILE):
+            repaired = repair_torn_tail(storage, name)
+            if repaired:
+                self._notes.note(repaired)
+        if resume:
+            records = read_checkpoints(storage, self.warnings)
+            rec = last_checkpoint(records, self.resume_key)
+            if rec is not None:
+                self.resume_state = ResumeState.from_record(rec, self.resume_key)
+            supersede(storage, self.resume_state.batch if self.resume_state else 0, self._notes.note)
+        elif storage.exists(METRICS_FILE) and storage.size(METRICS_FILE) > 0:
+            self._notes.note(
+                f"{storage.url}/{METRICS_FILE} already has rows; new rows are appended after them. "
+                "Pass resume=True to continue from the last checkpoint instead."
+            )
+
+    def _write_code_diff(self) -> None:
+        from rllog._write.codediff import code_diff
+
+        try:
+            data = code_diff()
+            storage = self.storage
+            if storage.exists(CODE_DIFF_FILE):
+                if storage.read(CODE_DIFF_FILE) == data:
+                    return
+                name = timestamped("code", ".diff", storage)
+            else:
+                name = CODE_DIFF_FILE
+            storage.write(name, data)
+        except Exception as exc:  # telemetry never kills training
+            self._notes.warn_once("code.diff", f"could not write code.diff: {exc}")
+
+    # -- the loop's calls -----------------------------------------------------------
+
+    def log_metrics(self, step: int, metrics: dict[str, Any]) -> None:
+        """Append one row ``{"step": step, **metrics}`` to metrics.jsonl.
+
+        Args:
+            step: the iteration (batch) index, an int >= 0.
+            metrics: str keys to numbers, bools, strings or None; numpy scalars and
+                one-element arrays/tensors are converted; NaN and ±Infinity are kept.
+
+        The row is in the OS (locally) when this returns; on object stores it is
+        staged for the next upload. Costs ~10-25 us for 100 floats.
+
+        Raises:
+            TypeError: a value or key that cannot be written (the key and step are
+                named); nothing is written for that call.
+            ValueError: a negative step or a ``"step"`` key in ``metrics``.
+            RuntimeError: the logger is closed.
+        """
+        self._metrics.write(step, metrics)
+
+    def _check_rewrite(self, what: str, iteration: Any, eval_name: str | None) -> None:
+        """Warn (once per kind) when this logger writes an iteration's artifact a second time:
+        the new file replaces the old one, which is right after a resume but is usually a
+        bug (a wrong iteration number) within one run."""
+        key = (what, iteration, eval_name)
+        if key in self._written:
+            split = "train" if eval_name is None else f"evaluator {eval_name!r}"
+            self._notes.warn_once(
+                f"rewrite:{what}",
+                f"iteration {iteration}'s {what} ({split}) was already written by this logger; the new "
+                "file replaces it. Pass each iteration its own number.",
+            )
+        self._written.add(key)
+
+    def log_config(self, config: Any) -> None:
+        """Write config.json (atomically) from a chz object, dataclass, pydantic model,
+        argparse namespace or mapping; see :mod:`rllog._write.config` for the conversion and
+        redaction rules. When config.json already exists with different content the old
+        file is kept as ``config.<UTC time>.json``.
+
+        Raises:
+            ConfigError: the config is not an object with fields or a mapping.
+        """
+        from rllog._write.config import config_to_dict
+
+        data = encode_json(config_to_dict(config), indent=2, strict_json=self.strict_json) + b"\n"
+        storage = self.storage
+        try:
+            old = storage.read(CONFIG_FILE) if storage.exists(CONFIG_FILE) else None
+            if old == data:
+                return
+            if old is not None:
+                storage.write(timestamped("config", ".json", storage), old)
+            storage.write(CONFIG_FILE, data)
+        except OSError as exc:
+            self._notes.warn_once("config", f"could not write {self.log_path}/{CONFIG_FILE}: {exc}")
+    def log_checkpoint(
+        self,
+        name: str,
+        *,
+        batch: int | None = None,
+        epoch: int | None = None,
+        state_path: str | None = None,
+        sampler_path: str | None = None,
+        final: bool | None = None,
+        **loop_state: Any,
+    ) -> None:
+        """Append a checkpoint record to checkpoints.jsonl, after everything logged before
+        it is durable (fsync locally; uploaded on object stores).
+
+        Args:
+            name: the checkpoint's name, e.g. ``"000010"`` or ``"final"``.
+            batch: the next batch to run when resuming from this checkpoint.
+            epoch, state_path, sampler_path, final: loop state, left out when None.
+            loop_state: any extra JSON-able keys (numpy values converted); they come
+                back in :attr:`ResumeState.loop_state`.
+
+        Locally it returns after the fsyncs (~1 ms). On an object store it returns at
+        once and a background thread appends the record when the upload of everything
+        before it has completed, so a slow or unreachable bucket never stalls the loop.
+
+        A backend failure does not raise: when what was logged before cannot be made
+        durable, the record is held back (so a resume never points past data that was
+        lost), a warning is given once, and it is written at the next checkpoint,
+        ``flush`` or ``close`` that succeeds; ``close`` says which records never were.
+
+        Raises:
+            TypeError: ``name`` is not a str, ``batch`` not an int, or a loop-state
+                value is not JSON-able (the key is named).
+            RuntimeError: the logger is closed.
+        """
+        if self._closed:
+            raise RuntimeError(f"log_checkpoint({name!r}) on a closed RunLogger for {self.log_path}")
+        fields = {"epoch": epoch, "final": final, "state_path": state_path, "sampler_path": sampler_path}
+        self._checkpoints.add(checkpoint_record(name, batch, fields, loop_state))
+
+    # -- logtree reports (rllog.logtree) ---------------------------------------------
+
+    def iteration(self, iteration: int, *, num_groups_to_log: int = 4, title: str | None = None) -> Any:
+        """Trace training iteration ``iteration`` with :mod:`rllog.logtree`; at the end of
+        the block write ``train_iteration_NNNNNN.html`` and ``..._logtree.json``.
+
+        ``with logger.iteration(i) as trace:`` makes a fresh :class:`rllog.logtree.Trace`
+        current, so ``logtree.scope/group/text/conversation/...`` calls inside (also from
+        asyncio tasks it starts) go into it. Groups with index ``< num_groups_to_log``
+        get full content; every group appears in "Trajectory Details". An exception in
+        the block is recorded in the report, which is still written, and re-raised. A
+        storage failure while writing is warned about once, never raised.
+
+        On ranks that do not write (:class:`NullRunLogger`) it is a cheap no-op
+        (``trace`` is None and logtree calls inside are no-ops).
+        """
+        self._check_rewrite("report", iteration, None)
+        from rllog.logtree import iteration_trace
+
+        return iteration_trace(
+            self.storage, iteration, num_groups_to_log=num_groups_to_log, title=title,
+            strict_json=self.strict_json, warn=self._notes.warn_once,
+        )
+    def evaluation(self, name: str, iteration: int, *, num_groups_to_log: int = 4, title: str | None = None) -> Any:
+        """Like :meth:`iteration` for evaluator ``name``: writes
+        ``eval_<name>_iteration_NNNNNN.html`` and ``..._logtree.json`` (``<name>`` made
+        file-name safe by :func:`rllog._format.layout.safe_eval_name`).
+
+        Raises:
+            TypeError: ``name`` is not a str (raised at the ``with``, before the block runs).
+        """
+        self._check_rewrite("report", iteration, name)
+        from rllog.logtree import iteration_trace
+
+        return iteration_trace(
+            self.storage, iteration, eval_name=name, num_groups_to_log=num_groups_to_log, title=title,
+            strict_json=self.strict_json, warn=self._notes.warn_once,
+        )
+
+    # -- rollout summaries (rllog.rollouts) --------------------------------------------
+
+    # -- rollout summaries ------------------------------------------------------------
+
+    def log_rollouts(
+        self,
+        iteration: int,
+        groups: Any,
+        *,
+        eval_name: str | None = None,
+        split: str | None = None,
+        tags: Any = None,
+        sampling_client_step: Any = None,
+    ) -> None:
+        """Write ``train_iteration_NNNNNN_rollout_summaries.jsonl`` (or, with
+        ``eval_name``, ``eval_<name>_iteration_NNNNNN_rollout_summaries.jsonl``): one
+        record per trajectory, written atomically; calling again for the same iteration
+        and split (after a resume) replaces the file.
+
+        ``groups`` is a list of trajectory groups (lists of trajectory dicts or
+        tinker-cookbook-like ``TrajectoryGroup`` objects) or ready-made records; see
+        :func:`rllog.build_rollout_summaries` for the shapes, ``tags`` and
+        ``sampling_client_step``. ``split`` defaults to ``"train"``, or
+        ``"eval/<eval_name>"``.
+
+        A backend failure does not raise: the file's bytes are kept in memory, a warning
+        is given once, and the write is retried on the next ``log_rollouts`` call.
+
+        Raises:
+            TypeError, ValueError: a value of the wrong type or shape (the message names
+                the group, trajectory, step and key); nothing is written.
+        """
+        self._check_rewrite("rollout summaries file", iteration, eval_name)
+        name, _, data = encode_rollouts(
+            iteration, groups, split=split, eval_name=eval_name, tags=tags,
+            sampling_client_step=sampling_client_step, strict_json=self.strict_json,
+        )
+        self._rollouts.add(name, data)  # a newer file for the same name replaces an unwritten one
+
+    def flush(self, durable: bool = False) -> None:
+        """Push everything logged so far to the backend; ``durable=True`` also fsyncs
+        local files and waits for object-store uploads. Backend errors are warned about
+        once and kept for retry, never raised."""
+        self._flush(durable)
+
+    def _flush(self, durable: bool, timeout: float | None = None) -> bool:
+        """:meth:`flush`; True when everything (held checkpoint records included) went out.
+        ``timeout``: seconds each storage flush may wait (None: the storage's default)."""
+        if self._closed:
+            return True
+        self._metrics.drain()
+        try:
+            self.storage.flush(durable=durable, timeout=timeout)
+        except OSError as exc:
+            self._notes.warn_once(f"flush:{type(exc).__name__}", f"could not flush {self.log_path}: {exc}")
+            return False
+        return self._checkpoints.commit(timeout) and not self._metrics.pending
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush durably and close the storage. Idempotent. Rows that still cannot be
+        written are saved to a local rescue file, and a warning says where.
+
+        Args:
+            timeout: seconds to wait for object-store uploads (default: the storage's
+                ``close_timeout``, 60 s). Close keeps waiting while the upload makes
+                progress (a backlog after an outage) and stops after 5 s without any (a
+                bucket that is down: the spill journal keeps the rows for the next
+                writer), so it never hangs long. A local run does not wait.
+        """
+        if self._closed:
+            return
+        if self._diff_thread is not None:
+            self._diff_thread.join(timeout=30)
+        self._checkpoints.stop()
+        if timeout is None:
+            timeout = self.storage.close_timeout if isinstance(self.storage, FsspecStorage) else _DEFAULT_CLOSE_TIMEOUT
+        progressed = self._final_flush(timeout)
+        if progressed and self._index and not self._worker:
+            self._write_index()
+        self._closed = self._metrics.closed = True
+        for message in (self._rollouts.save_elsewhere(), self._metrics.rescue(), self._checkpoints.unwritten_message()):
+            if message is not None:
+                self._notes.note(message)
+        if self._owns_storage:
+            try:
+                self.storage.close(timeout=timeout if progressed else min(timeout, _NO_PROGRESS_TIMEOUT))
+            except OSError as exc:
+                self._notes.note(f"closing {self.log_path} failed: {exc}")
+        if self._run_lock is not None:
+            os.close(self._run_lock)  # releases the flock
+            self._run_lock = None
+
+    def _final_flush(self, timeout: float) -> bool:
+        """The durable flush of :meth:`close`; True when everything went out. It keeps
+        flushing while the upload makes progress, up to ``timeout`` seconds, each flush
+        waiting at most 5 s."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        pending = self.storage.pending
+        while True:
+            before = sum(pending().values())
+            if self._flush(durable=True, timeout=min(timeout, _NO_PROGRESS_TIMEOUT)):
+                return True
+            if sum(pending().values()) >= before or time.monotonic() >= deadline:
+                return False
+
+    def _write_index(self) -> None:
+        """Write index.html (charts, doctor findings, report links) for the run as it now is."""
+        if not self.storage.exists(METRICS_FILE):
+            return
+        from rllog.index import write_index
+
+        try:
+            self.index_url, _findings = write_index(self.storage)
+        except Exception as exc:  # the run's data is safe; the page is a convenience
+            self._notes.warn_once(
+                "index", f"could not write index.html for {self.log_path}: {type(exc).__name__}: {exc}"
+            )
+
+    def __enter__(self) -> RunLogger:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"RunLogger({self.log_path!r}, {'closed' if self._closed else 'writer'})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickles as configuration: a worker gets a logger for the same run that writes
+        its own artifacts (and can append rows) but does not redo start-of-run work."""
+        return (_worker_logger, (self.log_path, self.strict_json, self._storage_options))
+
+
+class NullRunLogger(RunLogger):
+    """What ``RunLogger(...)`` returns on a rank that does not write (rank != 0 without
+    ``all_ranks``): the same methods, each a cheap no-op, so a loop needs no rank checks.
+
+    ``is_writer`` is False, ``resume_state`` None, ``warnings`` empty, ``storage`` None;
+    ``iteration``/``evaluation`` give a null context (logtree calls inside are no-ops).
+    Nothing is opened, locked or read.
+    """
+
+    def __init__(self, log_path: str | os.PathLike[str] | Storage, *, rank: int | None = None, **_: Any) -> None:
+        self.rank = process_rank() if rank is None else int(rank)
+        self.is_writer = False
+        self.resume_state = None
+        self.warnings = []
+        self.index_url = None
+        self.storage = None  # type: ignore[assignment]  # a null logger has no storage
+        self.log_path = os.fspath(log_path) if isinstance(log_path, (str, os.PathLike)) else log_path.url
+        self._closed = False
+
+    def log_metrics(self, step: int, metrics: dict[str, Any]) -> None:
+        pass
+
+    def log_config(self, config: Any) -> None:
+        pass
+
+    def log_checkpoint(self, name: str, **kwargs: Any) -> None:  # type: ignore[override]  # accepts all
+        pass
+
+    def log_rollouts(self, iteration: int, groups: Any, **kwargs: Any) -> None:  # type: ignore[override]  # accepts all
+        pass
+
+    def iteration(self, iteration: int, **kwargs: Any) -> Any:
+        return contextlib.nullcontext()
+
+    def evaluation(self, name: str, iteration: int, **kwargs: Any) -> Any:
+        return contextlib.nullcontext()
+
+    def flush(self, durable: bool = False) -> None:
+        pass
+
+    def close(self, timeout: float | None = None) -> None:
+        self._closed = True
+
+    def __repr__(self) -> str:
+        return f"NullRunLogger({self.log_path!r}, rank {self.rank}, not writing)"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (NullRunLogger, (self.log_path,), {"rank": self.rank})
+
+
+def _worker_logger(log_path: str, strict_json: bool, storage_options: dict[str, Any]) -> RunLogger:
+    return RunLogger(log_path, strict_json=strict_json, code_diff=False, rank=0, _worker=True, **storage_options)

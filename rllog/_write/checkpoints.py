@@ -1,0 +1,170 @@
+"""Checkpoint records: appended to checkpoints.jsonl only after everything logged before them is durable.
+
+A resume must never point past data that was lost, so a record waits until the metric
+rows and rollout summary files logged before it are in the backend (fsync locally,
+uploaded on object stores). Locally that is an fsync or two, done in the caller's
+thread (~1 ms); on an object store a background thread ("rllog-checkpoints") waits for
+the upload, so a slow bucket never stalls the loop. Records are appended in the order
+they were logged.
+
+Record format (docs/FORMATS.md, checkpoints.jsonl)::
+
+    {"name": "000010", "batch": 10, "state_path": "gs://b/ckpt/000010.npz", "final": false, "lr": 0.0003}
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from rllog._format.codec import encode_json
+from rllog._format.layout import CHECKPOINTS_FILE
+from rllog._format.records import parse_checkpoints
+from rllog._write.metrics import MetricsWriter
+from rllog._write.rollouts import RolloutFiles
+from rllog.errors import StorageError
+from rllog.storage import Storage
+
+__all__ = ["CheckpointCommitter", "checkpoint_record", "read_checkpoints"]
+
+
+def checkpoint_record(name: Any, batch: Any, fields: dict[str, Any], loop_state: dict[str, Any]) -> dict[str, Any]:
+    """The record :meth:`rllog.RunLogger.log_checkpoint` appends: ``name``, then the
+    known fields that are not None (``batch, epoch, final, state_path, sampler_path``),
+    then the loop's extra keys.
+
+    Raises:
+        TypeError: ``name`` is not a non-empty str, or ``batch`` not an int (numpy ints
+            are converted).
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"checkpoint name must be a non-empty str, got {name!r}")
+    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int)):
+        item = getattr(batch, "item", None)
+        batch = item() if callable(item) else batch
+        if isinstance(batch, bool) or not isinstance(batch, int):
+            raise TypeError(f"log_checkpoint({name!r}): batch must be an int, got {type(batch).__name__}")
+    record: dict[str, Any] = {"name": name}
+    for key, value in {"batch": batch, **fields}.items():
+        if value is not None:
+            record[key] = value
+    record.update(loop_state)
+    return record
+
+
+def read_checkpoints(storage: Storage, warnings_out: list[str] | None = None) -> list[dict[str, Any]]:
+    """All records of the run's checkpoints.jsonl, in file order; ``[]`` when it is missing."""
+    try:
+        data = storage.read(CHECKPOINTS_FILE)
+    except FileNotFoundError:
+        return []
+    return parse_checkpoints(data, f"{storage.url}/{CHECKPOINTS_FILE}", warnings_out)
+
+
+class CheckpointCommitter:
+    """Holds checkpoint records until what was logged before them is durable, then appends them.
+
+    Args:
+        storage: the run's storage.
+        metrics: the run's metric row path (its held-back rows must be written first).
+        rollouts: the run's rollout summary files (likewise).
+        background: commit on a background thread (object stores) instead of in the
+            caller's thread (local disk).
+        warn: ``warn(kind, message)``, told once per kind of failure.
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        metrics: MetricsWriter,
+        rollouts: RolloutFiles,
+        *,
+        strict_json: bool,
+        background: bool,
+        warn: Callable[[str, str], None],
+    ) -> None:
+        self._storage = storage
+        self._metrics = metrics
+        self._rollouts = rollouts
+        self._strict_json = strict_json
+        self._background = background
+        self._warn = warn
+        self.pending: list[tuple[str, bytes]] = []  # (name, line); list append/pop(0) are atomic
+        self._lock = threading.RLock()  # one commit at a time (the loop, the thread, close)
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._stop = False
+
+    def add(self, record: dict[str, Any]) -> None:
+        """Encode ``record`` and commit it (now, or on the background thread).
+
+        Raises:
+            TypeError: a value of the record is not JSON-able (the key is named).
+        """
+        name = record["name"]
+        line = encode_json(record, where=f"checkpoint {name!r}", strict_json=self._strict_json) + b"\n"
+        self.pending.append((name, line))
+        if not self._background:
+            self.commit()
+            return
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="rllog-checkpoints", daemon=True)
+            self._thread.start()
+        self._wake.set()
+
+    def _loop(self) -> None:
+        """Background: commit held records; retry every few seconds while some wait."""
+        while not self._stop:
+            self._wake.wait(timeout=5.0 if self.pending else None)
+            self._wake.clear()
+            if not self._stop:
+                self.commit()
+
+    def stop(self) -> None:
+        """Stop the background thread (bounded: one commit waits at most the storage's flush timeout)."""
+        if self._thread is not None:
+            self._stop = True
+            self._wake.set()
+            self._thread.join()
+
+    def commit(self, timeout: float | None = None) -> bool:
+        """Append held records once everything logged before them is durable; True when
+        none is left. ``timeout``: seconds each storage flush may wait (None: its default).
+
+        On a backend failure nothing raises: the records wait (a resume never points past
+        data that was lost), a warning is given once, and they are tried again (next
+        checkpoint, ``flush``, ``close``, and every few seconds on object stores).
+        """
+        with self._lock:
+            if not self.pending:
+                return True
+            try:
+                if not self._metrics.drain():
+                    raise StorageError(f"{len(self._metrics.pending)} metric row(s) are not written yet")
+                if self._rollouts.unwritten and not self._rollouts.write():
+                    raise StorageError(f"{len(self._rollouts.unwritten)} rollout summary file(s) are not written yet")
+                self._storage.flush(durable=True, timeout=timeout)
+                while self.pending:
+                    self._storage.append(CHECKPOINTS_FILE, self.pending[0][1])
+                    self.pending.pop(0)
+                self._storage.flush(durable=True, timeout=timeout)
+            except OSError as exc:
+                names = [n for n, _ in self.pending]
+                self._warn(
+                    f"checkpoint:{type(exc).__name__}",
+                    f"checkpoint record(s) {names} held back: what was logged before them is not durable in "
+                    f"{self._storage.url} ({exc}). Training goes on; they are written once it is.",
+                )
+                return False
+            return True
+
+    def unwritten_message(self) -> str | None:
+        """At close: which records never became durable, or None."""
+        if not self.pending:
+            return None
+        lines = b"".join(line for _, line in self.pending).decode()
+        return (
+            f"checkpoint record(s) not written to {self._storage.url}/{CHECKPOINTS_FILE}, because the data "
+            f"before them never became durable: {lines}"
+        )

@@ -1,0 +1,155 @@
+"""The metrics row path: encode one row, put it in the OS, keep what the backend refused.
+
+Locally a row is one ``os.write`` on the run's kept-open ``O_APPEND`` descriptor of
+metrics.jsonl (in the OS page cache when :meth:`MetricsWriter.write` returns, so a
+killed process loses nothing); on object stores it is staged by the storage (memory and
+a local spill journal) for the background upload.
+
+A backend failure (disk full, bucket down) never raises into the loop: the row is kept
+in memory with every later one, written in order on the next call (:meth:`drain`), and
+the failure is warned about once. Rows the backend never takes are saved to a local temp
+file at close (:meth:`rescue`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from rllog._format.codec import MetricsEncoder
+from rllog._format.layout import METRICS_FILE
+from rllog._format.vocab import CONSOLE_KEYS
+from rllog.storage import LocalStorage, Storage
+
+__all__ = ["MetricsWriter"]
+
+
+class MetricsWriter:
+    """Appends metric rows to ``metrics.jsonl`` of ``storage``.
+
+    Args:
+        storage: the run's storage; for a :class:`LocalStorage` rows go straight to its
+            ``O_APPEND`` descriptor.
+        strict_json: write NaN/±Infinity as ``null``.
+        console: also print a one-line summary of each row to stderr.
+        warn: ``warn(kind, message)``, told once per kind of backend failure.
+
+    Attributes:
+        pending: rows the backend refused, oldest first (retried in order).
+        closed: set by the owner at close; :meth:`write` then raises.
+    """
+
+    __slots__ = ("storage", "console", "closed", "pending", "_offset", "_fd", "_lock", "_encoder", "_warn")
+
+    def __init__(
+        self, storage: Storage, *, strict_json: bool, console: bool, warn: Callable[[str, str], None]
+    ) -> None:
+        self.storage = storage
+        self.console = console
+        self.closed = False
+        self.pending: list[bytes] = []
+        self._offset = 0  # bytes of pending[0] already written (a short write)
+        self._fd = storage.append_fd(METRICS_FILE) if isinstance(storage, LocalStorage) else None
+        self._lock = threading.Lock()
+        self._encoder = MetricsEncoder(strict_json=strict_json)
+        self._warn = warn
+
+    def write(self, step: int, metrics: dict[str, Any]) -> None:
+        """Append ``{"step": step, **metrics}``; see :meth:`rllog.RunLogger.log_metrics`.
+
+        Raises:
+            TypeError, ValueError: from :class:`MetricsEncoder` (nothing is written).
+            RuntimeError: after close.
+        """
+        if self.closed:
+            raise RuntimeError(f"log_metrics(step={step!r}) on a closed RunLogger for {self.storage.url}")
+        with self._lock:
+            row = self._encoder.encode_row(step, metrics)
+            if self.pending:
+                self.pending.append(bytes(row))
+                self._drain()
+            else:
+                try:
+                    if self._fd is None:
+                        self.storage.append(METRICS_FILE, bytes(row))
+                    else:
+                        n = os.write(self._fd, row)
+                        if n != len(row):  # a short write: the rest goes out with the backlog
+                            self.pending.append(bytes(row))
+                            self._offset = n
+                            self._drain()
+                except OSError as exc:
+                    self.pending.append(bytes(row))
+                    self._offset = 0
+                    self._failed(exc)
+        if self.console:
+            _print_row(step, metrics)
+
+    def drain(self) -> bool:
+        """Write the held-back rows, in order; True when none is left."""
+        with self._lock:
+            self._drain()
+            return not self.pending
+
+    def _drain(self) -> None:
+        """(under the lock) ``_offset`` bytes of the first held row are already in the file
+        (a short write); only the rest is written, so no row is cut or doubled."""
+        while self.pending:
+            row = self.pending[0]
+            try:
+                if self._fd is None:
+                    self.storage.append(METRICS_FILE, row)
+                else:
+                    while self._offset < len(row):
+                        self._offset += os.write(self._fd, row[self._offset :])
+            except OSError as exc:
+                self._failed(exc)
+                return
+            self.pending.pop(0)
+            self._offset = 0
+
+    def _failed(self, exc: BaseException) -> None:
+        self._warn(
+            f"metrics:{type(exc).__name__}",
+            f"could not write to {self.storage.url}/{METRICS_FILE}: {exc}. Training goes on; "
+            f"{len(self.pending)} row(s) are kept in memory and retried on the next call.",
+        )
+
+    def rescue(self) -> str | None:
+        """Save rows the backend never took to a local temp file (else print them to
+        stderr). Returns what happened, for the logger's warnings; None if nothing was held."""
+        if not self.pending:
+            return None
+        what = f"{len(self.pending)} metric row(s) could not be written to {self.storage.url}/{METRICS_FILE}"
+        if self._offset:
+            what += f" (the first was cut after {self._offset} bytes; a reader skips that torn line)"
+        path = None
+        try:
+            fd, path = tempfile.mkstemp(prefix="rllog-unwritten-", suffix=".jsonl")
+            with os.fdopen(fd, "wb") as f:
+                f.writelines(self.pending)
+        except OSError as exc:
+            if path:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+            sys.stderr.write(f"rllog: {what}, nor to a temp file ({exc}); here they are:\n")
+            sys.stderr.write(b"".join(self.pending).decode("utf-8", "replace"))
+            return f"{what}, nor to a temp file ({exc}); they were printed to stderr"
+        return f"{what}; they were saved to {path}"
+
+
+def _print_row(step: int, metrics: dict[str, Any]) -> None:
+    parts = [f"step {step}"]
+    for k in CONSOLE_KEYS:
+        v = metrics.get(k)
+        if v is not None:
+            parts.append(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}")
+    if len(parts) == 1:
+        parts.extend(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in list(metrics.items())[:6])
+    print(" | ".join(parts), file=sys.stderr)

@@ -1,0 +1,153 @@
+"""What happens when a writer opens a run: the run lock, torn-tail repair, and resume.
+
+- The lock (local runs): ``flock`` on ``.rllog.lock``, held until close or death, so two
+  loggers never repair or rewrite files the other is appending to.
+- Torn tails: a row cut mid-write by a killed process is moved to ``<file>.torn`` so new
+  rows start on a fresh line (:func:`repair_torn_tail`).
+- Resume: the last checkpoint record with the resume key gives the loop state; metric
+  rows at or past its batch move to ``metrics.superseded.jsonl`` (copied first, then cut)
+  so re-run steps do not stand twice (:func:`supersede`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rllog._format.codec import decode_json
+from rllog._format.jsonl import iter_lines, row_step
+from rllog._format.layout import LOCK_FILE, METRICS_FILE, SUPERSEDED_FILE, TORN_SUFFIX
+from rllog.storage import LocalStorage, Storage
+
+__all__ = ["lock_run", "repair_torn_tail", "supersede", "resume_position", "timestamped"]
+
+
+def lock_run(storage: Storage) -> tuple[int | None, str | None]:
+    """Take the run's lock: ``(fd, None)`` when taken (``fd`` is None where there is no
+    lock: object stores), ``(None, holder pid as text)`` when a live process holds it.
+
+    Closing ``fd`` releases the lock. Object stores have no such lock; see
+    :mod:`rllog.storage` for their writers.
+    """
+    if not isinstance(storage, LocalStorage):
+        return None, None
+    import fcntl
+
+    path = storage.root / LOCK_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
+        os.close(fd)
+        return None, holder
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd, None
+
+
+def repair_torn_tail(storage: Storage, name: str) -> str | None:
+    """Make sure the next row appended to ``name`` starts on a fresh line.
+
+    A file whose last byte is not ``\\n`` was cut mid-write (the process was killed).
+    If the unterminated tail is a whole JSON object (only the newline is missing) a
+    ``\\n`` is added; otherwise the tail is copied, byte for byte, to ``name + ".torn"``
+    and then cut from ``name`` (in place where the storage can truncate, so a process
+    still holding the file open keeps writing to the same file). Only the tail is read.
+    Nothing is deleted without a copy.
+
+    Returns a message describing the repair, or None when there was nothing to do
+    (including a missing file).
+    """
+    try:
+        size = storage.size(name)
+    except FileNotFoundError:
+        return None
+    if size == 0 or storage.read_range(name, size - 1, size) == b"\n":
+        return None
+    cut, chunk = 0, 1 << 16
+    end = size
+    while end > 0:  # find the last newline, reading backwards
+        start = max(0, end - chunk)
+        block = storage.read_range(name, start, end)
+        nl = block.rfind(b"\n")
+        if nl >= 0:
+            cut = start + nl + 1
+            break
+        end = start
+        chunk *= 2
+    tail = storage.read_range(name, cut, size)
+    try:
+        whole = isinstance(decode_json(tail), dict)
+    except ValueError:
+        whole = False
+    if whole:
+        storage.append(name, b"\n")
+        return f"{storage.url}/{name}: the last row had no newline; added one"
+    storage.append(name + TORN_SUFFIX, tail + b"\n")
+    storage.flush(durable=True)
+    truncate = getattr(storage, "truncate", None)  # issue-9 merge: Storage.truncate becomes part of the protocol
+    if truncate is not None:
+        truncate(name, cut)
+    else:
+        storage.write(name, storage.read(name)[:cut])
+    return (
+        f"{storage.url}/{name}: moved a torn last line ({len(tail)} bytes, cut mid-write) "
+        f"to {name}{TORN_SUFFIX}; new rows start on a fresh line"
+    )
+
+
+def supersede(storage: Storage, point: int, note: Callable[..., None]) -> None:
+    """Move metric rows whose position (:func:`resume_position`) is >= ``point`` to
+    metrics.superseded.jsonl: appended there and made durable first, then metrics.jsonl
+    is rewritten (atomically) without them. ``note(message, problem=...)`` is told."""
+    try:
+        data = storage.read(METRICS_FILE)
+    except FileNotFoundError:
+        return
+    keep, moved = [], []
+    for lineno, line in iter_lines(data):
+        try:
+            step = resume_position(line)
+        except ValueError:
+            note(f"{storage.url}/{METRICS_FILE} line {lineno}: not JSON; kept in place")
+            step = None
+        (moved if isinstance(step, (int, float)) and step >= point else keep).append(line + b"\n")
+    if not moved:
+        return
+    storage.append(SUPERSEDED_FILE, b"".join(moved))
+    storage.flush(durable=True)
+    storage.write(METRICS_FILE, b"".join(keep))
+    note(
+        f"resuming at step {point}: moved {len(moved)} metric rows with step >= {point} "
+        f"to {SUPERSEDED_FILE} ({len(keep)} rows kept)",
+        problem=False,
+    )
+
+
+def resume_position(line: bytes) -> Any:
+    """Where a metrics row stands in the loop: its ``progress/batch`` when it has a number
+    there (the loop's batch index, what checkpoint ``batch`` counts), else its ``step``.
+
+    Raises:
+        ValueError: the line is not JSON.
+    """
+    if b'"progress/batch"' in line:
+        row = decode_json(line)
+        value = row.get("progress/batch") if isinstance(row, dict) else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return value
+    return row_step(line)
+
+
+def timestamped(stem: str, suffix: str, storage: Storage) -> str:
+    """``stem.<UTC time>suffix``, with ``-2``, ``-3``... when that name is taken."""
+    base = f"{stem}.{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
+    name, n = base + suffix, 1
+    while storage.exists(name):
+        n += 1
+        name = f"{base}-{n}{suffix}"
+    return name
