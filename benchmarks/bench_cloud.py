@@ -38,13 +38,20 @@ os.environ.setdefault("RLLOG_SPILL_DIR", tempfile.mkdtemp(prefix="rllog-bench-sp
 
 def make_rows(n: int) -> list[bytes]:
     rng = random.Random(0)
-    keys = ["progress/batch", "progress/done_frac", "env/all/reward/total", "entropy", "kl_sample_train_v1",
-            "kl_sample_train_v2", "optim/lr", "ac_tokens_per_turn", "time/sample", "time/train"]
-    keys += [f"env/all/metric_{k}" for k in range(20)]
-    return [
-        (json.dumps({"step": i, **{k: rng.random() for k in keys}}) + "\n").encode()
-        for i in range(n)
+    keys = [
+        "progress/batch",
+        "progress/done_frac",
+        "env/all/reward/total",
+        "entropy",
+        "kl_sample_train_v1",
+        "kl_sample_train_v2",
+        "optim/lr",
+        "ac_tokens_per_turn",
+        "time/sample",
+        "time/train",
     ]
+    keys += [f"env/all/metric_{k}" for k in range(20)]
+    return [(json.dumps({"step": i, **{k: rng.random() for k in keys}}) + "\n").encode() for i in range(n)]
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -84,7 +91,16 @@ def kill_trials(server: GcsServer, trials: int) -> None:
     worst = 0
     for trial in range(trials):
         url = f"gs://{server.new_bucket()}/run"
-        args = [sys.executable, writer_py, url, json.dumps(server.storage_options()), "w", "1000000", "25", "0.05"]
+        args = [
+            sys.executable,
+            writer_py,
+            url,
+            json.dumps(server.storage_options()),
+            "w",
+            "1000000",
+            "25",
+            "0.05",
+        ]
         proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
         assert proc.stdout.readline() == "READY\n"
         time.sleep(rng.uniform(0, 1.0))
@@ -97,10 +113,14 @@ def kill_trials(server: GcsServer, trials: int) -> None:
         data = reader.read("metrics.jsonl") if reader.exists("metrics.jsonl") else b""
         reader.close()
         got = [json.loads(line)["i"] for line in data.splitlines()]
-        assert got == list(range(len(got))) and len(got) > acked, f"trial {trial}: acked {acked}, got {len(got)}"
+        assert got == list(range(len(got))) and len(got) > acked, (
+            f"trial {trial}: acked {acked}, got {len(got)}"
+        )
         worst = max(worst, len(got) - acked - 1)
-    print(f"kill -9: {trials} trials, every acknowledged row present once; "
-          f"up to {worst} rows past the last acknowledgement recovered from the spill journal")
+    print(
+        f"kill -9: {trials} trials, every acknowledged row present once; "
+        f"up to {worst} rows past the last acknowledgement recovered from the spill journal"
+    )
 
 
 def main() -> None:
@@ -121,30 +141,56 @@ def main() -> None:
     try:
         bucket = server.new_bucket()
         options = server.storage_options(proxy.endpoint)
-        results.append(run("rllog", lambda: FsspecStorage(f"gs://{bucket}/{unique('rllog')}", **options),
-                           rows, args.flush_every, proxy))
+        results.append(
+            run(
+                "rllog",
+                lambda: FsspecStorage(f"gs://{bucket}/{unique('rllog')}", **options),
+                rows,
+                args.flush_every,
+                proxy,
+            )
+        )
         try:
             from tinker_cookbook.stores import FsspecStorage as TinkerStorage
         except ImportError as exc:
-            print(f"tinker-cookbook not installed ({exc}); skipping it "
-                  "(pip install --no-deps tinker-cookbook==0.6.1)")
+            print(
+                f"tinker-cookbook not installed ({exc}); skipping it "
+                "(pip install --no-deps tinker-cookbook==0.6.1)"
+            )
         else:
             fs = gcsfs.GCSFileSystem(skip_instance_cache=True, **options)
-            results.append(run("tinker-cookbook", lambda: TinkerStorage(fs, f"{bucket}/{unique('tinker')}"),
-                               rows, args.flush_every, proxy))
+            results.append(
+                run(
+                    "tinker-cookbook",
+                    lambda: TinkerStorage(fs, f"{bucket}/{unique('tinker')}"),
+                    rows,
+                    args.flush_every,
+                    proxy,
+                )
+            )
         size = sum(map(len, rows))
-        print(f"{args.rows} rows ({size} bytes of metrics.jsonl), flush every {args.flush_every} rows, "
-              "GCS emulator on 127.0.0.1")
-        print(f"{'writer':<16}{'upload bytes':>14}{'x file':>8}{'requests':>10}{'wall s':>9}"
-              f"{'append p50 us':>15}{'append p99 us':>15}")
+        print(
+            f"{args.rows} rows ({size} bytes of metrics.jsonl), flush every {args.flush_every} rows, "
+            "GCS emulator on 127.0.0.1"
+        )
+        print(
+            f"{'writer':<16}{'upload bytes':>14}{'x file':>8}{'requests':>10}{'wall s':>9}"
+            f"{'append p50 us':>15}{'append p99 us':>15}"
+        )
         for r in results:
-            print(f"{r['writer']:<16}{r['upload_bytes']:>14}{r['upload_bytes'] / size:>8.2f}{r['requests']:>10}"
-                  f"{r['wall_s']:>9.2f}{r['append_p50_us']:>15.1f}{r['append_p99_us']:>15.1f}")
+            print(
+                f"{r['writer']:<16}{r['upload_bytes']:>14}{r['upload_bytes'] / size:>8.2f}{r['requests']:>10}"
+                f"{r['wall_s']:>9.2f}{r['append_p50_us']:>15.1f}{r['append_p99_us']:>15.1f}"
+            )
         if len(results) == 2:
             ours, peer = results
-            print("ratios tinker-cookbook / rllog: " + ", ".join(
-                f"{k} {peer[k] / ours[k]:.2f}x" for k in
-                ("upload_bytes", "requests", "wall_s", "append_p50_us", "append_p99_us")))
+            print(
+                "ratios tinker-cookbook / rllog: "
+                + ", ".join(
+                    f"{k} {peer[k] / ours[k]:.2f}x"
+                    for k in ("upload_bytes", "requests", "wall_s", "append_p50_us", "append_p99_us")
+                )
+            )
         if args.kill_trials:
             kill_trials(server, args.kill_trials)
     finally:

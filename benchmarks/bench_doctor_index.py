@@ -20,8 +20,11 @@ from rllog.index import write_index
 
 REALDATA = Path(__file__).resolve().parents[1].parent / "shared" / "realdata"
 FILES = {
-    "8,200-row sparse SFT log (1.2 MB)": next(REALDATA.glob("extra/HazyResearch__act-prm-tinker/**/metrics.jsonl"), None),
-    "683-row tinker SFT log": REALDATA / "tinker/arvindcr4__tinker-rl-lab/experiments/results/distillation_off_metrics.jsonl",
+    "8,200-row sparse SFT log (1.2 MB)": next(
+        REALDATA.glob("extra/HazyResearch__act-prm-tinker/**/metrics.jsonl"), None
+    ),
+    "683-row tinker SFT log": REALDATA
+    / "tinker/arvindcr4__tinker-rl-lab/experiments/results/distillation_off_metrics.jsonl",
     "113-row tinker RL run": REALDATA / "tinker/sushantmehta-code__tinker-cookbook/logs_v2p7/metrics.jsonl",
 }
 
@@ -50,10 +53,14 @@ def main() -> None:
             view = open_run(run)
             print(f"{label}: {len(view.metrics)} rows x {view.metrics.shape[1]} columns")
             print(f"  read run       {median_ms(lambda run=run: open_run(run)):8.1f} ms")
-            print(f"  diagnose only  {median_ms(lambda view=view: diagnose(view.metrics, nonfinite=view.nonfinite)):8.1f} ms")
+            print(
+                f"  diagnose only  {median_ms(lambda view=view: diagnose(view.metrics, nonfinite=view.nonfinite)):8.1f} ms"
+            )
             print(f"  check_run      {median_ms(lambda run=run: check_run(run)):8.1f} ms")
-            print(f"  write_index    {median_ms(lambda run=run: write_index(run)):8.1f} ms  "
-                  f"({(run / 'index.html').stat().st_size / 1024:.0f} KiB page)")
+            print(
+                f"  write_index    {median_ms(lambda run=run: write_index(run)):8.1f} ms  "
+                f"({(run / 'index.html').stat().st_size / 1024:.0f} KiB page)"
+            )
 
 
 if __name__ == "__main__":

@@ -23,9 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rllog import logtree  # noqa: E402
-from rllog._logtree_render import html_bytes  # noqa: E402
-from rllog.storage import LocalStorage  # noqa: E402
+from rllog import logtree
+from rllog._logtree_render import html_bytes
+from rllog.storage import LocalStorage
 
 WORDS = "the model answers a question about arithmetic and then checks its own work carefully".split()
 
@@ -56,7 +56,14 @@ def make_iteration(groups: int, trajs: int, seed: int = 0) -> list[list[dict]]:
                         {"role": "assistant", "content": _text(rng, 4000)},
                     ],
                     "reward": reward,
-                    "steps": [{"ob_len": 400 + 50 * s, "ac_len": 300 + rng.randrange(600), "reward": 0.0 if s < 2 else reward} for s in range(3)],
+                    "steps": [
+                        {
+                            "ob_len": 400 + 50 * s,
+                            "ac_len": 300 + rng.randrange(600),
+                            "reward": 0.0 if s < 2 else reward,
+                        }
+                        for s in range(3)
+                    ],
                 }
             )
         data.append(group)
@@ -109,7 +116,9 @@ def tinker_iteration(data: list[list[dict]], out: Path) -> dict[str, float]:
                         tlt.table(traj["steps"], caption="Steps")
                 with tlt.scope_header("Trajectory Details"):
                     for t, traj in enumerate(group):
-                        tlt.table_from_dict({"total_reward": traj["reward"], "steps": 3}, caption=f"Trajectory {t}")
+                        tlt.table_from_dict(
+                            {"total_reward": traj["reward"], "steps": 3}, caption=f"Trajectory {t}"
+                        )
     t1 = time.perf_counter()
     trace.path = out / "t.html"
     tlt._write_trace(trace)  # what init_trace(path=...) runs on exit
@@ -144,7 +153,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
     try:
-        import tinker_cookbook.utils.logtree  # noqa: F401
+        import tinker_cookbook.utils.logtree
         import tinker_cookbook.utils.logtree_formatters  # noqa: F401
 
         peers = {"rllog": rllog_iteration, "tinker-cookbook": tinker_iteration}
@@ -157,7 +166,9 @@ def main() -> None:
         data = make_iteration(groups, trajs)
         n = groups * trajs
         print(f"\n== {groups} groups x {trajs} trajectories ({n} trajectories), best of {args.repeat} ==")
-        print(f"{'library':16} {'build ms':>9} {'html ms':>9} {'json ms':>9} {'total ms':>9} {'us/traj':>8} {'html KB':>9} {'json KB':>9}")
+        print(
+            f"{'library':16} {'build ms':>9} {'html ms':>9} {'json ms':>9} {'total ms':>9} {'us/traj':>8} {'html KB':>9} {'json KB':>9}"
+        )
         results = best_runs(peers, data, args.repeat)
         for name, r in results.items():
             total = r["build"] + r["html"] + r["json"]
@@ -175,7 +186,9 @@ def main() -> None:
                 f"json {ratio['json']:.2f}x, whole iteration {whole:.2f}x"
             )
     for name, costs in per_traj.items():
-        print(f"{name}: cost per trajectory across sizes (us): {', '.join(f'{c:.1f}' for c in costs)} (flat = linear)")
+        print(
+            f"{name}: cost per trajectory across sizes (us): {', '.join(f'{c:.1f}' for c in costs)} (flat = linear)"
+        )
 
 
 if __name__ == "__main__":

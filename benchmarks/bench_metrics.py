@@ -39,8 +39,12 @@ def make_rows(n: int, seed: int = 0) -> list[Row]:
     return [{k: rng.random() * 10 for k in keys} for _ in range(n)]
 
 
-def timed(name: str, setup: Callable[[Path], tuple[Callable[[int, Row], object], Callable[[], object]]],
-          rows: list[Row], results: dict[str, list[float]]) -> None:
+def timed(
+    name: str,
+    setup: Callable[[Path], tuple[Callable[[int, Row], object], Callable[[], object]]],
+    rows: list[Row],
+    results: dict[str, list[float]],
+) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         try:
             log, close = setup(Path(tmp))
@@ -110,8 +114,12 @@ def setup_msgspec(tmp: Path):
 
 
 def import_time_ms() -> float:
-    out = subprocess.run([sys.executable, "-X", "importtime", "-c", "import rllog"], capture_output=True, text=True,
-                         cwd=Path(__file__).resolve().parents[1])
+    out = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import rllog"],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     for line in out.stderr.splitlines():
         m = re.match(r"import time:\s+\d+ \|\s+(\d+) \| rllog$", line)
         if m:
@@ -135,7 +143,9 @@ def main() -> None:
         ("wandb offline", setup_wandb),
     ]
     for name, setup in writers:
-        with contextlib.redirect_stdout(io.StringIO()) if name == "wandb offline" else contextlib.nullcontext():
+        with (
+            contextlib.redirect_stdout(io.StringIO()) if name == "wandb offline" else contextlib.nullcontext()
+        ):
             timed(name, setup, rows, results)
     print(f"\n{'writer':<28}{'median us':>11}{'p99 us':>10}")
     med = {}

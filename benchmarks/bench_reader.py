@@ -48,9 +48,16 @@ def tail_latency(rows: int) -> list[float]:
         with RunLogger(tmp, code_diff=False) as logger:
             logger.log_metrics(0, {"reward": 0.0})
             env = {**os.environ, "PYTHONPATH": str(REPO)}
-            proc = subprocess.Popen([sys.executable, "-m", "rllog", "tail", "-f", "-n", "1", tmp], stdout=subprocess.PIPE, text=True, env=env)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "rllog", "tail", "-f", "-n", "1", tmp],
+                stdout=subprocess.PIPE,
+                text=True,
+                env=env,
+            )
             seen: list[float] = []
-            threading.Thread(target=lambda: [seen.append(time.monotonic()) for _ in proc.stdout], daemon=True).start()
+            threading.Thread(
+                target=lambda: [seen.append(time.monotonic()) for _ in proc.stdout], daemon=True
+            ).start()
             while not seen:
                 time.sleep(0.01)
             delays = []
@@ -92,8 +99,12 @@ def main() -> None:
     peer_json = median_ms(lambda: pd.DataFrame([json.loads(x) for x in data.splitlines()]), args.repeat)
     print(f"read_run(...).rows (dicts, segments resolved)   {rows_ms:8.1f} ms")
     print(f"read_run(...).metrics (DataFrame)               {frame_ms:8.1f} ms")
-    print(f"  peer pandas.read_json(lines=True)             {peer_pandas:8.1f} ms  ({peer_pandas / frame_ms:.1f}x rllog's DataFrame)")
-    print(f"  peer json.loads per line + DataFrame          {peer_json:8.1f} ms  ({peer_json / frame_ms:.1f}x)")
+    print(
+        f"  peer pandas.read_json(lines=True)             {peer_pandas:8.1f} ms  ({peer_pandas / frame_ms:.1f}x rllog's DataFrame)"
+    )
+    print(
+        f"  peer json.loads per line + DataFrame          {peer_json:8.1f} ms  ({peer_json / frame_ms:.1f}x)"
+    )
     print(f"  (import pandas, once per process: {pandas_import:.0f} ms; summary and tail do not import it)")
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -113,9 +124,15 @@ def main() -> None:
 
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     cmd = [sys.executable, "-m", "rllog", "summary", str(path.parent)]
-    summary_ms = median_ms(lambda: subprocess.run(cmd, check=True, capture_output=True, env=env), max(3, args.repeat // 4))
-    start_ms = median_ms(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True), max(3, args.repeat // 4))
-    print(f"`rllog summary` whole process                    {summary_ms:8.1f} ms  (bare python start: {start_ms:.0f} ms)")
+    summary_ms = median_ms(
+        lambda: subprocess.run(cmd, check=True, capture_output=True, env=env), max(3, args.repeat // 4)
+    )
+    start_ms = median_ms(
+        lambda: subprocess.run([sys.executable, "-c", "pass"], check=True), max(3, args.repeat // 4)
+    )
+    print(
+        f"`rllog summary` whole process                    {summary_ms:8.1f} ms  (bare python start: {start_ms:.0f} ms)"
+    )
 
     delays = tail_latency(20)
     print(

@@ -52,9 +52,16 @@ def make_dict_groups(seed: int = 0) -> list[list[dict[str, Any]]]:
                         "ob_len": rng.randrange(50, 500),
                         "ac_len": rng.randrange(10, 300),
                         "episode_done": s == N_STEPS - 1,
-                        "metrics": {"format": rng.random(), "correct": rng.random(), "len": rng.random() * 100,
-                                    "time/env": rng.random()},
-                        "logs": {"answer": f"{rng.randrange(1000)}", "verdict": rng.choice(["ok", "wrong format"])},
+                        "metrics": {
+                            "format": rng.random(),
+                            "correct": rng.random(),
+                            "len": rng.random() * 100,
+                            "time/env": rng.random(),
+                        },
+                        "logs": {
+                            "answer": f"{rng.randrange(1000)}",
+                            "verdict": rng.choice(["ok", "wrong format"]),
+                        },
                     }
                     for s in range(N_STEPS)
                 ],
@@ -77,14 +84,26 @@ def make_tinker_groups(dict_groups: list[list[dict[str, Any]]]) -> list[Any]:
     for group in dict_groups:
         trajs = [
             Trajectory(
-                [Transition(tinker.ModelInput.from_ints([1] * s["ob_len"]), TokensWithLogprobs([2] * s["ac_len"], None),
-                            s["reward"], s["episode_done"], s["metrics"], s["logs"]) for s in t["steps"]],
+                [
+                    Transition(
+                        tinker.ModelInput.from_ints([1] * s["ob_len"]),
+                        TokensWithLogprobs([2] * s["ac_len"], None),
+                        s["reward"],
+                        s["episode_done"],
+                        s["metrics"],
+                        s["logs"],
+                    )
+                    for s in t["steps"]
+                ],
                 tinker.ModelInput.from_ints([1] * t["final_ob_len"]),
             )
             for t in group
         ]
-        out.append(TrajectoryGroup(trajs, [t["final_reward"] for t in group],
-                                   [t["trajectory_metrics"] for t in group]))
+        out.append(
+            TrajectoryGroup(
+                trajs, [t["final_reward"] for t in group], [t["trajectory_metrics"] for t in group]
+            )
+        )
     return out
 
 
@@ -106,24 +125,44 @@ def orjson_path(root: Path, groups: list[list[dict[str, Any]]], iteration: int) 
     for g, group in enumerate(groups):
         for t, traj in enumerate(group):
             steps = [
-                {"step_idx": i, "ob_len": s["ob_len"], "ac_len": s["ac_len"], "reward": s["reward"],
-                 "episode_done": s["episode_done"], "metrics": s["metrics"], "logs": s["logs"]}
+                {
+                    "step_idx": i,
+                    "ob_len": s["ob_len"],
+                    "ac_len": s["ac_len"],
+                    "reward": s["reward"],
+                    "episode_done": s["episode_done"],
+                    "metrics": s["metrics"],
+                    "logs": s["logs"],
+                }
                 for i, s in enumerate(traj["steps"])
             ]
-            lines.append(orjson.dumps({
-                "schema_version": 1, "split": "train", "iteration": iteration, "group_idx": g, "traj_idx": t,
-                "tags": [], "sampling_client_step": None,
-                "total_reward": sum(s["reward"] for s in traj["steps"]) + traj["final_reward"],
-                "final_reward": traj["final_reward"], "trajectory_metrics": traj["trajectory_metrics"],
-                "final_ob_len": traj["final_ob_len"], "steps": steps,
-            }))
+            lines.append(
+                orjson.dumps(
+                    {
+                        "schema_version": 1,
+                        "split": "train",
+                        "iteration": iteration,
+                        "group_idx": g,
+                        "traj_idx": t,
+                        "tags": [],
+                        "sampling_client_step": None,
+                        "total_reward": sum(s["reward"] for s in traj["steps"]) + traj["final_reward"],
+                        "final_reward": traj["final_reward"],
+                        "trajectory_metrics": traj["trajectory_metrics"],
+                        "final_ob_len": traj["final_ob_len"],
+                        "steps": steps,
+                    }
+                )
+            )
     path = root / f"train_iteration_{iteration:06d}_rollout_summaries.jsonl"
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_bytes(b"\n".join(lines) + b"\n")
     os.replace(tmp, path)
 
 
-def run_interleaved(paths: dict[str, Callable[[int], object]], repeats: int) -> dict[str, tuple[float, float]]:
+def run_interleaved(
+    paths: dict[str, Callable[[int], object]], repeats: int
+) -> dict[str, tuple[float, float]]:
     """(min, median) ms of each path; the paths take turns, so a busy machine slows them alike."""
     times: dict[str, list[float]] = {name: [] for name in paths}
     for fn in paths.values():
@@ -142,7 +181,9 @@ def main() -> None:
     args = ap.parse_args()
     dict_groups = make_dict_groups()
     n_traj = N_GROUPS * GROUP_SIZE
-    print(f"{n_traj} trajectories x {N_STEPS} steps (4-float metrics, 2 log strings); {args.repeats} runs each")
+    print(
+        f"{n_traj} trajectories x {N_STEPS} steps (4-float metrics, 2 log strings); {args.repeats} runs each"
+    )
     paths: dict[str, Callable[[int], object]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -170,8 +211,9 @@ def main() -> None:
             store = TrainingRunStore(TinkerLocalStorage(root / "tinker"))
 
             def tinker_path(i: int) -> None:
-                records = serialize_rollout_summaries(split="train", iteration=i, trajectory_groups_P=tinker_groups,
-                                                      taglist_P=taglist)
+                records = serialize_rollout_summaries(
+                    split="train", iteration=i, trajectory_groups_P=tinker_groups, taglist_P=taglist
+                )
                 store.write_rollouts(i, records)
 
             paths["tinker-cookbook serialize+json.dumps"] = tinker_path
@@ -191,7 +233,10 @@ def main() -> None:
             print(f"  {name:<{width}}  {peer[0] / best:6.1f}x  {peer[1] / med:6.1f}x")
     if "plain orjson (dicts)" in results:
         ours, base = results["rllog (dicts)"], results["plain orjson (dicts)"]
-        print(f"rllog (dicts) / plain orjson: {ours[0] / base[0]:.2f}x the time (min), {ours[1] / base[1]:.2f}x (median)")
+        print(
+            f"rllog (dicts) / plain orjson: {ours[0] / base[0]:.2f}x the time (min), {ours[1] / base[1]:.2f}x (median)"
+        )
+
 
 if __name__ == "__main__":
     main()

@@ -76,15 +76,20 @@ class Policy:
         w = rng.normal(0.0, 0.3, size=(10, 10, cfg.max_tokens, VOCAB + 1, VOCAB))
         for a in range(10):
             for b in range(10):
-                for total, strength in ((a + b, cfg.prior_strength), (a + b + 1, cfg.prior_strength * 0.75),
-                                        (max(a + b - 1, 0), cfg.prior_strength * 0.6)):
+                for total, strength in (
+                    (a + b, cfg.prior_strength),
+                    (a + b + 1, cfg.prior_strength * 0.75),
+                    (max(a + b - 1, 0), cfg.prior_strength * 0.6),
+                ):
                     prev = BOS
                     for pos, tok in enumerate(_answer_tokens(total)[: cfg.max_tokens]):
                         w[a, b, pos, prev, tok] += strength
                         prev = tok
         self.w = w
 
-    def probs(self, a: np.ndarray, b: np.ndarray, pos: int, prev: np.ndarray, w: np.ndarray | None = None) -> np.ndarray:
+    def probs(
+        self, a: np.ndarray, b: np.ndarray, pos: int, prev: np.ndarray, w: np.ndarray | None = None
+    ) -> np.ndarray:
         logits = (self.w if w is None else w)[a, b, pos, prev]
         logits = logits - logits.max(axis=-1, keepdims=True)
         p = np.exp(logits)
@@ -113,15 +118,22 @@ def _sample(policy: Policy, a: np.ndarray, b: np.ndarray, rng: np.random.Generat
     return {"tokens": tokens, "logp": logp, "entropy": ent, "prev": prevs, "mask": tokens >= 0}
 
 
-def _grade(a: np.ndarray, b: np.ndarray, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+def _grade(
+    a: np.ndarray, b: np.ndarray, tokens: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
     """Verifier: (reward, correct, well_formed, answer_text) per sample."""
     reward, correct, formed, texts = [], [], [], []
     for ai, bi, seq in zip(a, b, tokens, strict=True):
         toks = [int(t) for t in seq if t >= 0]
         digits = toks[:-1] if toks and toks[-1] == EOS else toks
         text = "".join(str(t) for t in digits if t != EOS)
-        ok_form = bool(toks) and toks[-1] == EOS and 1 <= len(digits) <= 2 and EOS not in digits \
+        ok_form = (
+            bool(toks)
+            and toks[-1] == EOS
+            and 1 <= len(digits) <= 2
+            and EOS not in digits
             and not (len(digits) == 2 and digits[0] == 0)
+        )
         ok = ok_form and int(text) == ai + bi
         reward.append(1.0 if ok else (0.1 if ok_form else 0.0))
         correct.append(float(ok))
@@ -130,8 +142,9 @@ def _grade(a: np.ndarray, b: np.ndarray, tokens: np.ndarray) -> tuple[np.ndarray
     return np.array(reward), np.array(correct), np.array(formed), texts
 
 
-def _log_groups(a: np.ndarray, b: np.ndarray, texts: list[str], reward: np.ndarray, ac_tokens: np.ndarray,
-                group_size: int) -> None:
+def _log_groups(
+    a: np.ndarray, b: np.ndarray, texts: list[str], reward: np.ndarray, ac_tokens: np.ndarray, group_size: int
+) -> None:
     """Logtree content of a batch: one group per prompt, one scope per sampled answer."""
     for g in range(len(a) // group_size):
         rows = range(g * group_size, (g + 1) * group_size)
@@ -139,16 +152,23 @@ def _log_groups(a: np.ndarray, b: np.ndarray, texts: list[str], reward: np.ndarr
             for t, k in enumerate(rows):
                 if logtree.is_active():
                     with logtree.scope(f"Trajectory {t}"):
-                        logtree.conversation([
-                            {"role": "user", "content": f"What is {a[k]} + {b[k]}?"},
-                            {"role": "assistant", "content": texts[k]},
-                        ])
+                        logtree.conversation(
+                            [
+                                {"role": "user", "content": f"What is {a[k]} + {b[k]}?"},
+                                {"role": "assistant", "content": texts[k]},
+                            ]
+                        )
                         logtree.text(f"reward {reward[k]:.2f} (expected {a[k] + b[k]})")
-                logtree.trajectory_stats(t, final_reward=float(reward[k]),
-                                         steps=[{"ob_len": 7, "ac_len": int(ac_tokens[k]), "reward": 0.0}])
+                logtree.trajectory_stats(
+                    t,
+                    final_reward=float(reward[k]),
+                    steps=[{"ob_len": 7, "ac_len": int(ac_tokens[k]), "reward": 0.0}],
+                )
 
 
-def _train_step(policy: Policy, batch: dict[str, np.ndarray], adv: np.ndarray, lr: float, substeps: int) -> dict[str, float]:
+def _train_step(
+    policy: Policy, batch: dict[str, np.ndarray], adv: np.ndarray, lr: float, substeps: int
+) -> dict[str, float]:
     """Importance-weighted policy gradient over ``substeps`` minibatches of the batch."""
     a, b = batch["a"], batch["b"]
     n, T = batch["tokens"].shape
@@ -197,17 +217,30 @@ def _load(logger: RunLogger, rel: str, policy: Policy, rng: np.random.Generator)
         rng.bit_generator.state = json.loads(str(data["rng_state"]))
 
 
-def _rollout_groups(a: np.ndarray, b: np.ndarray, mask: np.ndarray, reward: np.ndarray, correct: np.ndarray,
-                    formed: np.ndarray, texts: list[str], group_size: int) -> list[list[dict[str, Any]]]:
+def _rollout_groups(
+    a: np.ndarray,
+    b: np.ndarray,
+    mask: np.ndarray,
+    reward: np.ndarray,
+    correct: np.ndarray,
+    formed: np.ndarray,
+    texts: list[str],
+    group_size: int,
+) -> list[list[dict[str, Any]]]:
     """Trajectory groups for the rollout summaries: one single-step trajectory per sampled answer."""
     ac_len = mask.sum(1)
     trajs = [
         {
-            "steps": [{
-                "reward": reward[k], "ob_len": PROMPT_TOKENS, "ac_len": ac_len[k], "episode_done": True,
-                "metrics": {"correct": correct[k], "format": formed[k]},
-                "logs": {"prompt": f"What is {a[k]} + {b[k]}?", "answer": texts[k]},
-            }],
+            "steps": [
+                {
+                    "reward": reward[k],
+                    "ob_len": PROMPT_TOKENS,
+                    "ac_len": ac_len[k],
+                    "episode_done": True,
+                    "metrics": {"correct": correct[k], "format": formed[k]},
+                    "logs": {"prompt": f"What is {a[k]} + {b[k]}?", "answer": texts[k]},
+                }
+            ],
             "final_ob_len": PROMPT_TOKENS + ac_len[k],
         }
         for k in range(len(a))
@@ -215,19 +248,24 @@ def _rollout_groups(a: np.ndarray, b: np.ndarray, mask: np.ndarray, reward: np.n
     return [trajs[g : g + group_size] for g in range(0, len(trajs), group_size)]
 
 
-def _evaluate(policy: Policy, iteration: int, samples_per_prompt: int = 4) -> tuple[dict[str, float], list[TrajectorySummary]]:
+def _evaluate(
+    policy: Policy, iteration: int, samples_per_prompt: int = 4
+) -> tuple[dict[str, float], list[TrajectorySummary]]:
     """Sampled answers (temperature 1) to all 100 prompts, with a fixed seed: metrics and rollout records."""
     a, b = np.divmod(np.repeat(np.arange(100), samples_per_prompt), 10)
     out = _sample(policy, a, b, np.random.default_rng(12345))
     reward, correct, formed, texts = _grade(a, b, out["tokens"])
     _log_groups(a, b, texts, reward, out["mask"].sum(1), samples_per_prompt)
     groups = _rollout_groups(a, b, out["mask"], reward, correct, formed, texts, samples_per_prompt)
-    records = build_rollout_summaries(iteration, groups, eval_name="test", tags=["arithmetic"],
-                                      sampling_client_step=iteration)
+    records = build_rollout_summaries(
+        iteration, groups, eval_name="test", tags=["arithmetic"], sampling_client_step=iteration
+    )
     return summarize_rollouts(records, prefix="test/"), records
 
 
-def run_demo(cfg: DemoConfig, *, resume: bool = False, quiet: bool = False, **storage_options: Any) -> dict[str, float]:
+def run_demo(
+    cfg: DemoConfig, *, resume: bool = False, quiet: bool = False, **storage_options: Any
+) -> dict[str, float]:
     """Run the demo loop, logging to ``cfg.log_path``; returns the last metrics row.
 
     Prints one progress line per iteration and a closing note to stdout unless ``quiet``
@@ -259,7 +297,7 @@ def run_demo(cfg: DemoConfig, *, resume: bool = False, quiet: bool = False, **st
             prompt_ids = rng.integers(0, 100, size=cfg.groups_per_batch)
             a = np.repeat(prompt_ids // 10, cfg.group_size)
             b = np.repeat(prompt_ids % 10, cfg.group_size)
-            batch = _sample(policy, a, b, rng)
+            batch: dict[str, Any] = _sample(policy, a, b, rng)
             batch["a"], batch["b"], batch["group_size"] = a, b, cfg.group_size
             reward, correct, formed, texts = _grade(a, b, batch["tokens"])
             t_sample = time.monotonic() - t0
@@ -277,7 +315,9 @@ def run_demo(cfg: DemoConfig, *, resume: bool = False, quiet: bool = False, **st
                 "progress/batch": i,
                 "progress/done_frac": (i + 1) / cfg.n_batches,
                 "optim/lr": lr,
-                **summarize_rollouts(records),  # env/all/reward/total, env/all/correct, by_group/... (rllog.rollouts)
+                **summarize_rollouts(
+                    records
+                ),  # env/all/reward/total, env/all/correct, by_group/... (rllog.rollouts)
                 "entropy": float(batch["entropy"][mask].mean()),
                 **train_metrics,
                 "time/sample": t_sample,
@@ -299,7 +339,9 @@ def run_demo(cfg: DemoConfig, *, resume: bool = False, quiet: bool = False, **st
             if (i + 1) % cfg.save_every == 0 or i + 1 == cfg.n_batches:
                 final = i + 1 == cfg.n_batches
                 name = "final" if final else f"{i + 1:06d}"
-                logger.log_checkpoint(name, batch=i + 1, state_path=_save(logger, name, policy, rng), final=final)
+                logger.log_checkpoint(
+                    name, batch=i + 1, state_path=_save(logger, name, policy, rng), final=final
+                )
             done = i + 1 - start
             per_iter = (time.monotonic() - t_start) / done
             say(
@@ -310,8 +352,10 @@ def run_demo(cfg: DemoConfig, *, resume: bool = False, quiet: bool = False, **st
         path = logger.log_path
     index = logger.index_url
     if path.startswith("memory://"):
-        say(f"\nDone. The run lived in {path}, which exists only inside this process: it is gone now. "
-            "Give a folder (or gs://, s3://) to keep it.")
+        say(
+            f"\nDone. The run lived in {path}, which exists only inside this process: it is gone now. "
+            "Give a folder (or gs://, s3://) to keep it."
+        )
         return last
     say(
         f"\nDone. The run's files are in {path}:\n"
@@ -322,8 +366,12 @@ def run_demo(cfg: DemoConfig, *, resume: bool = False, quiet: bool = False, **st
         f"  rllog summary {path}      # key metrics, checkpoints, files\n"
         f"  rllog doctor {path}       # stability checks\n"
         f"  rllog demo {path} --resume   # continues from the last checkpoint\n"
-        + (f"  open {index}   # charts, findings, config and every iteration's report\n" if index and "://" not in index
-           else f"  index page: {index} (copy the run folder to a local disk to browse it with its reports)\n"
-           if index else "")
+        + (
+            f"  open {index}   # charts, findings, config and every iteration's report\n"
+            if index and "://" not in index
+            else f"  index page: {index} (copy the run folder to a local disk to browse it with its reports)\n"
+            if index
+            else ""
+        )
     )
     return last

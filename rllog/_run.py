@@ -90,7 +90,9 @@ class RunLogger:
         ImportError: when the URL's fsspec backend is missing (names the package).
     """
 
-    def __new__(cls, *args: Any, rank: int | None = None, all_ranks: bool = False, **kwargs: Any) -> RunLogger:
+    def __new__(
+        cls, *args: Any, rank: int | None = None, all_ranks: bool = False, **kwargs: Any
+    ) -> RunLogger:
         if cls is RunLogger and not all_ranks and (process_rank() if rank is None else int(rank)) != 0:
             return object.__new__(NullRunLogger)
         return object.__new__(cls)
@@ -149,13 +151,19 @@ class RunLogger:
         self._metrics = MetricsWriter(self.storage, strict_json=strict_json, console=console, warn=warn)
         self._rollouts = RolloutFiles(self.storage, warn)
         self._checkpoints = CheckpointCommitter(
-            self.storage, self._metrics, self._rollouts, strict_json=strict_json,
-            background=not isinstance(self.storage, LocalStorage), warn=warn,
+            self.storage,
+            self._metrics,
+            self._rollouts,
+            strict_json=strict_json,
+            background=not isinstance(self.storage, LocalStorage),
+            warn=warn,
         )
         if config is not None:
             self.log_config(config)
         if code_diff and not self._worker:
-            self._diff_thread = threading.Thread(target=self._write_code_diff, name="rllog-code-diff", daemon=True)
+            self._diff_thread = threading.Thread(
+                target=self._write_code_diff, name="rllog-code-diff", daemon=True
+            )
             self._diff_thread.start()
 
     @property
@@ -272,6 +280,7 @@ class RunLogger:
             storage.write(CONFIG_FILE, data)
         except OSError as exc:
             self._notes.warn_once("config", f"could not write {self.log_path}/{CONFIG_FILE}: {exc}")
+
     def log_checkpoint(
         self,
         name: str,
@@ -332,10 +341,17 @@ class RunLogger:
         from rllog.logtree import iteration_trace
 
         return iteration_trace(
-            self.storage, iteration, num_groups_to_log=num_groups_to_log, title=title,
-            strict_json=self.strict_json, warn=self._notes.warn_once,
+            self.storage,
+            iteration,
+            num_groups_to_log=num_groups_to_log,
+            title=title,
+            strict_json=self.strict_json,
+            warn=self._notes.warn_once,
         )
-    def evaluation(self, name: str, iteration: int, *, num_groups_to_log: int = 4, title: str | None = None) -> Any:
+
+    def evaluation(
+        self, name: str, iteration: int, *, num_groups_to_log: int = 4, title: str | None = None
+    ) -> Any:
         """Like :meth:`iteration` for evaluator ``name``: writes
         ``eval_<name>_iteration_NNNNNN.html`` and ``..._logtree.json`` (``<name>`` made
         file-name safe by :func:`rllog._format.layout.safe_eval_name`).
@@ -347,8 +363,13 @@ class RunLogger:
         from rllog.logtree import iteration_trace
 
         return iteration_trace(
-            self.storage, iteration, eval_name=name, num_groups_to_log=num_groups_to_log, title=title,
-            strict_json=self.strict_json, warn=self._notes.warn_once,
+            self.storage,
+            iteration,
+            eval_name=name,
+            num_groups_to_log=num_groups_to_log,
+            title=title,
+            strict_json=self.strict_json,
+            warn=self._notes.warn_once,
         )
 
     # -- rollout summaries (rllog.rollouts) --------------------------------------------
@@ -385,8 +406,13 @@ class RunLogger:
         """
         self._check_rewrite("rollout summaries file", iteration, eval_name)
         name, _, data = encode_rollouts(
-            iteration, groups, split=split, eval_name=eval_name, tags=tags,
-            sampling_client_step=sampling_client_step, strict_json=self.strict_json,
+            iteration,
+            groups,
+            split=split,
+            eval_name=eval_name,
+            tags=tags,
+            sampling_client_step=sampling_client_step,
+            strict_json=self.strict_json,
         )
         self._rollouts.add(name, data)  # a newer file for the same name replaces an unwritten one
 
@@ -426,12 +452,20 @@ class RunLogger:
             self._diff_thread.join(timeout=30)
         self._checkpoints.stop()
         if timeout is None:
-            timeout = self.storage.close_timeout if isinstance(self.storage, FsspecStorage) else _DEFAULT_CLOSE_TIMEOUT
+            timeout = (
+                self.storage.close_timeout
+                if isinstance(self.storage, FsspecStorage)
+                else _DEFAULT_CLOSE_TIMEOUT
+            )
         progressed = self._final_flush(timeout)
         if progressed and self._index and not self._worker:
             self._write_index()
         self._closed = self._metrics.closed = True
-        for message in (self._rollouts.save_elsewhere(), self._metrics.rescue(), self._checkpoints.unwritten_message()):
+        for message in (
+            self._rollouts.save_elsewhere(),
+            self._metrics.rescue(),
+            self._checkpoints.unwritten_message(),
+        ):
             if message is not None:
                 self._notes.note(message)
         if self._owns_storage:
@@ -495,7 +529,9 @@ class NullRunLogger(RunLogger):
     Nothing is opened, locked or read.
     """
 
-    def __init__(self, log_path: str | os.PathLike[str] | Storage, *, rank: int | None = None, **_: Any) -> None:
+    def __init__(
+        self, log_path: str | os.PathLike[str] | Storage, *, rank: int | None = None, **_: Any
+    ) -> None:
         self.rank = process_rank() if rank is None else int(rank)
         self.is_writer = False
         self.resume_state = None
@@ -537,4 +573,6 @@ class NullRunLogger(RunLogger):
 
 
 def _worker_logger(log_path: str, strict_json: bool, storage_options: dict[str, Any]) -> RunLogger:
-    return RunLogger(log_path, strict_json=strict_json, code_diff=False, rank=0, _worker=True, **storage_options)
+    return RunLogger(
+        log_path, strict_json=strict_json, code_diff=False, rank=0, _worker=True, **storage_options
+    )

@@ -92,7 +92,7 @@ def _thin(x: np.ndarray, y: np.ndarray, max_points: int) -> np.ndarray:
     buckets = max(1, max_points // 4)
     lo, hi = float(x.min()), float(x.max())
     b = np.minimum(((x - lo) / ((hi - lo) or 1.0) * buckets).astype(np.int64), buckets - 1)
-    keep = set()
+    keep: set[int] = set()
     order = np.argsort(b, kind="stable")
     bounds = np.flatnonzero(np.diff(b[order])) + 1
     for grp in np.split(order, bounds):
@@ -102,7 +102,12 @@ def _thin(x: np.ndarray, y: np.ndarray, max_points: int) -> np.ndarray:
 
 
 def line_chart(
-    key: str, x: np.ndarray, y: np.ndarray, logged_bad: np.ndarray, x_label: str = "step", max_points: int = 1200,
+    key: str,
+    x: np.ndarray,
+    y: np.ndarray,
+    logged_bad: np.ndarray,
+    x_label: str = "step",
+    max_points: int = 1200,
     markers: bool = False,
 ) -> Chart:
     """Chart of ``y`` against ``x`` (same length, rows where the metric was logged).
@@ -144,8 +149,8 @@ def line_chart(
     if len(x) and bool(np.all(x == np.round(x))):  # integer steps: no tick at step 0.5
         xt = [v for v in xt if abs(v - round(v)) < 1e-9]
     yt = nice_ticks(ylo, yhi, 5)
-    c.xticks = list(zip(map(px, xt), tick_labels(xt)))
-    c.yticks = list(zip(map(py, yt), tick_labels(yt)))
+    c.xticks = list(zip(map(px, xt), tick_labels(xt), strict=False))
+    c.yticks = list(zip(map(py, yt), tick_labels(yt), strict=False))
     # split at logged NaN/Inf: segment ids increase after each bad value
     seg_id = np.cumsum(logged_bad)[finite]
     for sid in np.unique(seg_id):
@@ -160,7 +165,7 @@ def line_chart(
             c.dots.append(pts[0])
         else:
             c.paths.append("M" + " L".join(f"{a} {b}" for a, b in pts))
-    for xv, yv in zip(x[logged_bad], y[logged_bad]):
+    for xv, yv in zip(x[logged_bad], y[logged_bad], strict=False):
         what = "NaN" if math.isnan(yv) else ("Infinity" if yv > 0 else "-Infinity")
         c.gaps.append((px(float(xv)), f"{what} at {x_label} {_label(float(xv))}"))
     return c

@@ -28,7 +28,9 @@ def template_dir() -> Path:
     for candidate in (here / "templates", here.parent / "templates"):
         if candidate.is_dir():
             return candidate
-    raise FileNotFoundError(f"rllog templates not found in {here / 'templates'} or {here.parent / 'templates'}")
+    raise FileNotFoundError(
+        f"rllog templates not found in {here / 'templates'} or {here.parent / 'templates'}"
+    )
 
 
 @functools.cache

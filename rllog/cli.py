@@ -19,19 +19,52 @@ def main() -> None:
 @main.command()
 @click.argument("log_path")
 @click.option("--resume", is_flag=True, help="Continue from the last checkpoint in LOG_PATH.")
-@click.option("--iterations", type=click.IntRange(min=1), default=40, show_default=True, help="Training iterations (batches).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Random seed of the policy and the prompts.")
-@click.option("--save-every", type=click.IntRange(min=1), default=5, show_default=True, help="Checkpoint every N iterations.")
-@click.option("--iteration-delay", type=click.FloatRange(min=0), default=0.0, help="Seconds to sleep per iteration, to watch the run live (e.g. with `rllog tail -f`).")
+@click.option(
+    "--iterations",
+    type=click.IntRange(min=1),
+    default=40,
+    show_default=True,
+    help="Training iterations (batches).",
+)
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="Random seed of the policy and the prompts."
+)
+@click.option(
+    "--save-every",
+    type=click.IntRange(min=1),
+    default=5,
+    show_default=True,
+    help="Checkpoint every N iterations.",
+)
+@click.option(
+    "--iteration-delay",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    help="Seconds to sleep per iteration, to watch the run live (e.g. with `rllog tail -f`).",
+)
 @click.option("--quiet", is_flag=True, help="Print no progress lines.")
-def demo(log_path: str, resume: bool, iterations: int, seed: int, save_every: int, iteration_delay: float, quiet: bool) -> None:
+def demo(
+    log_path: str,
+    resume: bool,
+    iterations: int,
+    seed: int,
+    save_every: int,
+    iteration_delay: float,
+    quiet: bool,
+) -> None:
     """Run a small real RL training loop (arithmetic, GRPO-style) that logs to LOG_PATH.
 
     LOG_PATH is a folder or a URL (gs://, s3://, memory://). No GPU, no downloads.
     """
     from rllog._demo import DemoConfig, run_demo
 
-    cfg = DemoConfig(log_path=log_path, n_batches=iterations, seed=seed, save_every=save_every, iteration_delay=iteration_delay)
+    cfg = DemoConfig(
+        log_path=log_path,
+        n_batches=iterations,
+        seed=seed,
+        save_every=save_every,
+        iteration_delay=iteration_delay,
+    )
     run_demo(cfg, resume=resume, quiet=quiet)
 
 
@@ -70,12 +103,23 @@ def _clean_errors(fn):
 
     return wrapper
 
-_STEP_KEY = click.option("--step-key", default=None, help="Step column (default: the first of step, global_step, _step, iteration, grad_step).")
+
+_STEP_KEY = click.option(
+    "--step-key",
+    default=None,
+    help="Step column (default: the first of step, global_step, _step, iteration, grad_step).",
+)
 
 
 @main.command()
 @click.argument("run")
-@click.option("-k", "--key", "keys", multiple=True, help="Show the last value of KEY (repeatable; default: the key metrics found).")
+@click.option(
+    "-k",
+    "--key",
+    "keys",
+    multiple=True,
+    help="Show the last value of KEY (repeatable; default: the key metrics found).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 @_STEP_KEY
 @_clean_errors
@@ -86,9 +130,9 @@ def summary(run: str, keys: tuple[str, ...], as_json: bool, step_key: str | None
     RUN is a run folder or URI, a metrics .jsonl file, or a TRL trainer_state.json.
     Exit code 2 when RUN cannot be read.
     """
-    from rllog._read.summary import format_summary, summarize
     from rllog._format.codec import encode_json
     from rllog._read.run import read_run
+    from rllog._read.summary import format_summary, summarize
 
     info = summarize(read_run(run, step_key=step_key), list(keys) or None)
     click.echo(encode_json(info, indent=2).decode() if as_json else format_summary(info))
@@ -97,9 +141,23 @@ def summary(run: str, keys: tuple[str, ...], as_json: bool, step_key: str | None
 @main.command()
 @click.argument("run")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing rows as they are appended (Ctrl-C stops).")
-@click.option("-n", "--lines", "n_rows", type=click.IntRange(min=0), default=10, show_default=True, help="Rows to print first.")
+@click.option(
+    "-n",
+    "--lines",
+    "n_rows",
+    type=click.IntRange(min=0),
+    default=10,
+    show_default=True,
+    help="Rows to print first.",
+)
 @click.option("-k", "--key", "keys", multiple=True, help="Print only the step and KEY (repeatable).")
-@click.option("--interval", type=click.FloatRange(min=0.01), default=0.2, show_default=True, help="Seconds between checks with -f.")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.01),
+    default=0.2,
+    show_default=True,
+    help="Seconds between checks with -f.",
+)
 @_clean_errors
 def tail(run: str, follow: bool, n_rows: int, keys: tuple[str, ...], interval: float) -> None:
     """Print the last metric rows of RUN as they were logged; with -f, follow new rows.
@@ -116,18 +174,27 @@ def tail(run: str, follow: bool, n_rows: int, keys: tuple[str, ...], interval: f
     from rllog.storage import open_for_reading
 
     folder, name = _metrics_location(run)
-    if ("://" not in folder or folder.startswith("file://")) and not os.path.isdir(folder.removeprefix("file://")):
-        raise _CliError(f"no run folder at {folder}: expected a run folder or URI with metrics.jsonl, or a metrics .jsonl file")
+    if ("://" not in folder or folder.startswith("file://")) and not os.path.isdir(
+        folder.removeprefix("file://")
+    ):
+        raise _CliError(
+            f"no run folder at {folder}: expected a run folder or URI with metrics.jsonl, or a metrics .jsonl file"
+        )
     storage = open_for_reading(folder)
     if not follow and not storage.exists(name):
-        raise _CliError(f"no {name} in {storage.url}: expected a run folder or URI with metrics.jsonl, or a metrics .jsonl file")
+        raise _CliError(
+            f"no {name} in {storage.url}: expected a run folder or URI with metrics.jsonl, or a metrics .jsonl file"
+        )
     reader = MetricsTail(storage, name)
 
     def show(rows: list[tuple[int, dict]]) -> None:
         for _, row in rows:
             if keys:
                 step = next((f"{k}={row[k]}" for k in ("step", "global_step", "_step") if k in row), "")
-                cells = [f"{k}={row[k]:.6g}" if isinstance(row.get(k), float) else f"{k}={row.get(k, '-')}" for k in keys]
+                cells = [
+                    f"{k}={row[k]:.6g}" if isinstance(row.get(k), float) else f"{k}={row.get(k, '-')}"
+                    for k in keys
+                ]
                 click.echo("  ".join([step, *cells]))
             else:
                 click.echo(json.dumps(row, ensure_ascii=False))
@@ -165,8 +232,12 @@ def _metrics_location(run: str) -> tuple[str, str]:
 @main.command()
 @click.argument("run_a")
 @click.argument("run_b")
-@click.option("-k", "--key", "keys", multiple=True, help="Compare KEY (repeatable; default: the key metrics found).")
-@click.option("--all", "show_all", is_flag=True, help="List every config difference (default: 20 of each kind).")
+@click.option(
+    "-k", "--key", "keys", multiple=True, help="Compare KEY (repeatable; default: the key metrics found)."
+)
+@click.option(
+    "--all", "show_all", is_flag=True, help="List every config difference (default: 20 of each kind)."
+)
 @_STEP_KEY
 @_clean_errors
 def diff(run_a: str, run_b: str, keys: tuple[str, ...], show_all: bool, step_key: str | None) -> None:
@@ -175,8 +246,8 @@ def diff(run_a: str, run_b: str, keys: tuple[str, ...], show_all: bool, step_key
     RUN_A and RUN_B are each a run folder or URI, a metrics .jsonl file, or a TRL
     trainer_state.json. Exit code 2 when one cannot be read.
     """
-    from rllog._read.summary import format_diff
     from rllog._read.run import read_run
+    from rllog._read.summary import format_diff
 
     a, b = read_run(run_a, step_key=step_key), read_run(run_b, step_key=step_key)
     click.echo(format_diff(a, b, list(keys) or None, max_lines=None if show_all else 20))
@@ -190,7 +261,9 @@ def import_() -> None:
 def _report_import(report) -> None:
     span = f", steps {report.first_step}..{report.last_step}" if report.first_step is not None else ""
     aside = f", {report.superseded} superseded rows in metrics.superseded.jsonl" if report.superseded else ""
-    click.echo(f"wrote {report.out}: {report.rows} rows{span}{aside}; config.json {'written' if report.config else 'none'}")
+    click.echo(
+        f"wrote {report.out}: {report.rows} rows{span}{aside}; config.json {'written' if report.config else 'none'}"
+    )
     for note in report.notes:
         click.echo(f"  {note}")
 
@@ -207,7 +280,9 @@ def import_trl_cmd(trainer_state: str, out: str, force: bool) -> None:
     try:
         _report_import(import_trl(trainer_state, out, overwrite=force))
     except FileNotFoundError as exc:
-        raise _CliError(f"no trainer_state.json at {trainer_state}: expected a TRL/transformers trainer_state.json file ({_error_text(exc)})") from None
+        raise _CliError(
+            f"no trainer_state.json at {trainer_state}: expected a TRL/transformers trainer_state.json file ({_error_text(exc)})"
+        ) from None
     except (OSError, ValueError) as exc:
         raise _CliError(_error_text(exc)) from None
 
@@ -239,7 +314,9 @@ def import_tensorboard_cmd(events_dir: str, out: str, force: bool) -> None:
 # ---------------------------------------------------------------------------
 
 
-_THRESHOLD_HELP = "Change a threshold, e.g. --set ratio_high=3 (repeatable). Names: see `rllog doctor --list-thresholds`."
+_THRESHOLD_HELP = (
+    "Change a threshold, e.g. --set ratio_high=3 (repeatable). Names: see `rllog doctor --list-thresholds`."
+)
 
 
 def _thresholds(config: str | None, overrides: tuple[str, ...]):
@@ -270,11 +347,24 @@ def _list_thresholds(ctx: click.Context, _param: click.Parameter, value: bool) -
 @click.argument("run")
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as one JSON object (for scripts).")
 @click.option("--set", "overrides", multiple=True, metavar="NAME=VALUE", help=_THRESHOLD_HELP)
-@click.option("--config", type=click.Path(exists=True, dir_okay=False), help="JSON or TOML file with thresholds.")
-@click.option("--fail-on", type=click.Choice(["warning", "error", "never"]), default="warning", show_default=True,
-              help="Lowest severity that makes the exit code 1.")
-@click.option("--list-thresholds", is_flag=True, expose_value=False, is_eager=True, callback=_list_thresholds,
-              help="Print every threshold and its default, then exit.")
+@click.option(
+    "--config", type=click.Path(exists=True, dir_okay=False), help="JSON or TOML file with thresholds."
+)
+@click.option(
+    "--fail-on",
+    type=click.Choice(["warning", "error", "never"]),
+    default="warning",
+    show_default=True,
+    help="Lowest severity that makes the exit code 1.",
+)
+@click.option(
+    "--list-thresholds",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_list_thresholds,
+    help="Print every threshold and its default, then exit.",
+)
 def doctor(run: str, as_json: bool, overrides: tuple[str, ...], config: str | None, fail_on: str) -> None:
     """Check RUN's metrics for the instability signals of PPO/GRPO training.
 
@@ -299,13 +389,17 @@ def doctor(run: str, as_json: bool, overrides: tuple[str, ...], config: str | No
     levels = {"warning": ("warning", "error"), "error": ("error",), "never": ()}[fail_on]
     failed = any(f.severity in levels for f in findings)
     if as_json:
-        click.echo(json.dumps({"run": run, "ok": not failed, "findings": [f.to_dict() for f in findings]}, indent=2))
+        click.echo(
+            json.dumps({"run": run, "ok": not failed, "findings": [f.to_dict() for f in findings]}, indent=2)
+        )
     elif not findings:
         click.echo(f"{run}: no problems found")
     else:
         styles = {"error": "red", "warning": "yellow", "info": "blue"}
         for f in findings:
-            click.echo(click.style(f"{f.severity.upper():8}", fg=styles[f.severity], bold=True) + f" {f.message}")
+            click.echo(
+                click.style(f"{f.severity.upper():8}", fg=styles[f.severity], bold=True) + f" {f.message}"
+            )
             click.echo(f"         try: {f.advice}")
     if failed:
         raise SystemExit(1)
@@ -313,11 +407,26 @@ def doctor(run: str, as_json: bool, overrides: tuple[str, ...], config: str | No
 
 @main.command()
 @click.argument("run")
-@click.option("-k", "--key", "keys", multiple=True, help="Also chart KEY (repeatable), besides the main and flagged metrics.")
-@click.option("-o", "--out", default=None, help="Write the page to OUT (a path or URL) instead of RUN/index.html, e.g. for a run you cannot write to.")
+@click.option(
+    "-k",
+    "--key",
+    "keys",
+    multiple=True,
+    help="Also chart KEY (repeatable), besides the main and flagged metrics.",
+)
+@click.option(
+    "-o",
+    "--out",
+    default=None,
+    help="Write the page to OUT (a path or URL) instead of RUN/index.html, e.g. for a run you cannot write to.",
+)
 @click.option("--set", "overrides", multiple=True, metavar="NAME=VALUE", help=_THRESHOLD_HELP)
-@click.option("--config", type=click.Path(exists=True, dir_okay=False), help="JSON or TOML file with doctor thresholds.")
-def index(run: str, keys: tuple[str, ...], out: str | None, overrides: tuple[str, ...], config: str | None) -> None:
+@click.option(
+    "--config", type=click.Path(exists=True, dir_okay=False), help="JSON or TOML file with doctor thresholds."
+)
+def index(
+    run: str, keys: tuple[str, ...], out: str | None, overrides: tuple[str, ...], config: str | None
+) -> None:
     """Write RUN/index.html: charts, doctor findings, config, checkpoints, iteration reports.
 
     RUN is a run folder or URI, a metrics .jsonl file, or a TRL trainer_state.json. The
@@ -337,11 +446,23 @@ def index(run: str, keys: tuple[str, ...], out: str | None, overrides: tuple[str
 
 @main.command()
 @click.argument("runs", nargs=-1, required=True)
-@click.option("-k", "--key", "keys", multiple=True, required=True, help="Metric to plot (repeatable; one panel each).")
+@click.option(
+    "-k", "--key", "keys", multiple=True, required=True, help="Metric to plot (repeatable; one panel each)."
+)
 @click.option("-o", "--out", required=True, help="Output file: .png, .svg or .pdf (a path or URL).")
-@click.option("--x", "x", default=None, help="x axis: progress/batch or step [default: progress/batch if every run has it].")
-@click.option("--smooth", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Trailing rolling mean over N logged values; raw values drawn faintly behind.")
+@click.option(
+    "--x",
+    "x",
+    default=None,
+    help="x axis: progress/batch or step [default: progress/batch if every run has it].",
+)
+@click.option(
+    "--smooth",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Trailing rolling mean over N logged values; raw values drawn faintly behind.",
+)
 def plot(runs: tuple[str, ...], keys: tuple[str, ...], out: str, x: str | None, smooth: int) -> None:
     """Line charts of metrics KEYs from one or more RUNS, overlaid (needs the `plot` extra).
 

@@ -137,7 +137,13 @@ class Thresholds(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
         for name in ("persist", "spike_window", "baseline_rows", "trend_min_rows"):
             if getattr(self, name) < 1:
                 raise ValueError(f"threshold {name} must be >= 1, got {getattr(self, name)}")
-        for name in ("value_loss_spike", "entropy_rise_factor", "kl_growth_factor", "ratio_high", "ratio_low"):
+        for name in (
+            "value_loss_spike",
+            "entropy_rise_factor",
+            "kl_growth_factor",
+            "ratio_high",
+            "ratio_low",
+        ):
             if not getattr(self, name) > 0:
                 raise ValueError(f"threshold {name} must be > 0, got {getattr(self, name)}")
 
@@ -178,7 +184,9 @@ class Thresholds(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
         except msgspec.DecodeError as exc:
             raise ValueError(f"{path}: not {kind} ({exc})") from None
         if not isinstance(fields, dict):
-            raise ValueError(f"{path}: expected a {kind} table of threshold names and values, got {type(fields).__name__}")
+            raise ValueError(
+                f"{path}: expected a {kind} table of threshold names and values, got {type(fields).__name__}"
+            )
         try:
             return cls().with_overrides(fields)
         except ValueError as exc:
@@ -218,7 +226,11 @@ def _threshold_value(name: str, value: Any, kind: type) -> int | float:
             return kind(value.strip())
         except ValueError:
             raise ValueError(f"{name} must be {what}, got {value!r}") from None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not float(value).is_integer()):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or (kind is int and not float(value).is_integer())
+    ):
         raise ValueError(f"{name} must be {what}, got {value!r}")
     return kind(value)
 
@@ -245,7 +257,9 @@ class Finding(msgspec.Struct, frozen=True, kw_only=True):
         out = msgspec.structs.asdict(self)
         out["steps"] = [list(r) for r in self.steps]
         if not math.isfinite(self.value):
-            out["value"] = "NaN" if self.value != self.value else ("Infinity" if self.value > 0 else "-Infinity")
+            out["value"] = (
+                "NaN" if self.value != self.value else ("Infinity" if self.value > 0 else "-Infinity")
+            )
         return out
 
     def steps_text(self, limit: int = 6) -> str:
@@ -352,9 +366,21 @@ class _Doctor:
     def family(self, names: Sequence[str]) -> list[_Series]:
         return [s for col, s in self.series.items() if _canonical(col) in names]
 
-    def add(self, check: str, severity: Severity, s: _Series, idx: np.ndarray, value: float, threshold: str, what: str, advice: str | None = None) -> None:
+    def add(
+        self,
+        check: str,
+        severity: Severity,
+        s: _Series,
+        idx: np.ndarray,
+        value: float,
+        threshold: str,
+        what: str,
+        advice: str | None = None,
+    ) -> None:
         steps = _ranges(s.steps, idx)
-        where = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in steps[:4]) + (" ..." if len(steps) > 4 else "")
+        where = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in steps[:4]) + (
+            " ..." if len(steps) > 4 else ""
+        )
         self.findings.append(
             Finding(
                 check=check,
@@ -368,7 +394,16 @@ class _Doctor:
             )
         )
 
-    def threshold(self, check: str, severity: Severity, s: _Series, high: float | None, low: float | None, what: str, advice: str | None = None) -> None:
+    def threshold(
+        self,
+        check: str,
+        severity: Severity,
+        s: _Series,
+        high: float | None,
+        low: float | None,
+        what: str,
+        advice: str | None = None,
+    ) -> None:
         import numpy as np
 
         t = self.t
@@ -376,12 +411,21 @@ class _Doctor:
             (high, s.v > high if high is not None else None, np.max, ">"),
             (low, s.v < low if low is not None else None, np.min, "<"),
         ):
-            if mask is None:
+            if mask is None or bound is None:
                 continue
             idx = _persistent(mask, t.persist)
             if len(idx):
                 value = float(worst(s.v[idx]))
-                self.add(check, severity, s, idx, value, f"{op} {_fmt(bound)} for {t.persist} logged steps", what, advice)
+                self.add(
+                    check,
+                    severity,
+                    s,
+                    idx,
+                    value,
+                    f"{op} {_fmt(bound)} for {t.persist} logged steps",
+                    what,
+                    advice,
+                )
 
     def run(self) -> list[Finding]:
         import numpy as np
@@ -393,7 +437,11 @@ class _Doctor:
             self.threshold("clip_fraction", "warning", s, t.clipfrac_high, None, "is high")
         for s in self.family(APPROXKL_KEYS):
             self.threshold("approx_kl", "warning", s, t.approxkl_high, None, "is high")
-        for names, high, advice in ((TOKEN_KL_KEYS, t.kl_high, None), (SEQ_KL_KEYS, t.seq_kl_high, None), (SAMPLE_KL_KEYS, t.sample_train_kl_high, "kl_large_sample")):
+        for names, high, advice in (
+            (TOKEN_KL_KEYS, t.kl_high, None),
+            (SEQ_KL_KEYS, t.seq_kl_high, None),
+            (SAMPLE_KL_KEYS, t.sample_train_kl_high, "kl_large_sample"),
+        ):
             for s in self.family(names):
                 self.threshold("kl_negative", "error", s, None, t.kl_negative, "is negative")
                 self.threshold("kl_large", "warning", s, high, None, "is large", advice)
@@ -407,14 +455,27 @@ class _Doctor:
             start = s.baseline(t.baseline_rows)
             idx = _persistent((s.v < t.entropy_floor) & (s.v < t.entropy_collapse_frac * start), t.persist)
             if len(idx):
-                self.add("entropy_collapse", "warning", s, idx, float(np.min(s.v[idx])),
-                         f"< {_fmt(t.entropy_floor)} and < {_fmt(t.entropy_collapse_frac)} x start ({_fmt(start)})",
-                         f"collapsed from {_fmt(start)} toward 0")
+                self.add(
+                    "entropy_collapse",
+                    "warning",
+                    s,
+                    idx,
+                    float(np.min(s.v[idx])),
+                    f"< {_fmt(t.entropy_floor)} and < {_fmt(t.entropy_collapse_frac)} x start ({_fmt(start)})",
+                    f"collapsed from {_fmt(start)} toward 0",
+                )
             if start > 0:
                 idx = _persistent(s.v > t.entropy_rise_factor * start, t.persist)
                 if len(idx):
-                    self.add("entropy_rise", "warning", s, idx, float(np.max(s.v[idx])),
-                             f"> {_fmt(t.entropy_rise_factor)} x start ({_fmt(start)})", f"rose from {_fmt(start)}")
+                    self.add(
+                        "entropy_rise",
+                        "warning",
+                        s,
+                        idx,
+                        float(np.max(s.v[idx])),
+                        f"> {_fmt(t.entropy_rise_factor)} x start ({_fmt(start)})",
+                        f"rose from {_fmt(start)}",
+                    )
         self.reward_flat_kl_grows()
         return self.findings
 
@@ -429,8 +490,15 @@ class _Doctor:
                 spikes.append(i)
         if spikes:
             idx = np.asarray(spikes)
-            self.add("value_loss_spike", "warning", s, idx, float(np.max(s.v[idx])),
-                     f"> {_fmt(t.value_loss_spike)} x median of the previous {t.spike_window}", "spiked")
+            self.add(
+                "value_loss_spike",
+                "warning",
+                s,
+                idx,
+                float(np.max(s.v[idx])),
+                f"> {_fmt(t.value_loss_spike)} x median of the previous {t.spike_window}",
+                "spiked",
+            )
 
     def reward_flat_kl_grows(self) -> None:
         import numpy as np
@@ -451,9 +519,15 @@ class _Doctor:
         flat = r_last - r_first < t.reward_flat_z * r_std
         if grows and flat:
             idx = np.arange(len(kl.v) - q_k, len(kl.v))
-            self.add("reward_flat_kl_grows", "warning", kl, idx, kl_last,
-                     f"KL > {_fmt(t.kl_growth_factor)} x first quarter and reward gain < {_fmt(t.reward_flat_z)} std",
-                     f"grew from {_fmt(kl_first)} to {_fmt(kl_last)} while {r.name} moved {_fmt(r_first)} -> {_fmt(r_last)}")
+            self.add(
+                "reward_flat_kl_grows",
+                "warning",
+                kl,
+                idx,
+                kl_last,
+                f"KL > {_fmt(t.kl_growth_factor)} x first quarter and reward gain < {_fmt(t.reward_flat_z)} std",
+                f"grew from {_fmt(kl_first)} to {_fmt(kl_last)} while {r.name} moved {_fmt(r_first)} -> {_fmt(r_last)}",
+            )
 
 
 def diagnose(
@@ -504,7 +578,7 @@ def diagnose(
         steps_all = np.arange(len(metrics), dtype=float)
     steps_all = np.where(np.isfinite(steps_all), steps_all, np.arange(len(metrics)))
     series: dict[str, _Series] = {}
-    nonfinite = {k: list(v) for k, v in (nonfinite or {}).items()}
+    logged_nonfinite = {k: list(v) for k, v in (nonfinite or {}).items()}
     infinite: dict[str, dict[int, float]] = {}  # {metric: {step: +-inf}}: the DataFrame keeps infinities
     for col in metrics.columns:
         if col == step_key or not isinstance(col, str):
@@ -512,26 +586,35 @@ def diagnose(
         values = pd.to_numeric(metrics[col], errors="coerce").to_numpy(dtype=float)
         inf = np.isinf(values)
         if inf.any():
-            infinite[col] = {int(x): float(v) for x, v in zip(steps_all[inf], values[inf])}
-            found = nonfinite.setdefault(col, [])
+            infinite[col] = {int(x): float(v) for x, v in zip(steps_all[inf], values[inf], strict=False)}
+            found = logged_nonfinite.setdefault(col, [])
             found.extend(x for x in infinite[col] if x not in found)
         finite = np.isfinite(values)
         if finite.any():
             series[col] = _Series(col, values[finite], steps_all[finite].astype(np.int64))
     doctor = _Doctor(series, t)
-    doctor.findings.extend(_nonfinite_findings(nonfinite, infinite))
+    doctor.findings.extend(_nonfinite_findings(logged_nonfinite, infinite))
     doctor.run()
     if not doctor.findings and not any(_canonical(c) in CORE_KEYS for c in series):
         doctor.findings.append(
-            Finding(check="no_metrics", severity="info", metric="", steps=[], value=float("nan"), threshold="",
-                    message="no PPO/GRPO stability metric (ratio, KL, clip fraction, entropy, value loss) was found; only NaN/Inf were checked",
-                    advice=_ADVICE["no_metrics"])
+            Finding(
+                check="no_metrics",
+                severity="info",
+                metric="",
+                steps=[],
+                value=float("nan"),
+                threshold="",
+                message="no PPO/GRPO stability metric (ratio, KL, clip fraction, entropy, value loss) was found; only NaN/Inf were checked",
+                advice=_ADVICE["no_metrics"],
+            )
         )
     order = {s: i for i, s in enumerate(reversed(SEVERITIES))}
     return sorted(doctor.findings, key=lambda f: order[f.severity])
 
 
-def _nonfinite_findings(nonfinite: Mapping[str, Sequence[int]], infinite: Mapping[str, Mapping[int, float]]) -> list[Finding]:
+def _nonfinite_findings(
+    nonfinite: Mapping[str, Sequence[int]], infinite: Mapping[str, Mapping[int, float]]
+) -> list[Finding]:
     """One finding per metric with NaN/±Inf cells; its ``value`` is +Inf if any cell is, else
     -Inf if any is, else NaN, and the message names which of them occur."""
     out = []
@@ -539,11 +622,15 @@ def _nonfinite_findings(nonfinite: Mapping[str, Sequence[int]], infinite: Mappin
         if not steps:
             continue
         inf = infinite.get(col, {})
-        kinds = [name for name, present in (
-            ("NaN", any(step not in inf for step in steps)),
-            ("Infinity", math.inf in inf.values()),
-            ("-Infinity", -math.inf in inf.values()),
-        ) if present]
+        kinds = [
+            name
+            for name, present in (
+                ("NaN", any(step not in inf for step in steps)),
+                ("Infinity", math.inf in inf.values()),
+                ("-Infinity", -math.inf in inf.values()),
+            )
+            if present
+        ]
         value = math.inf if "Infinity" in kinds else (-math.inf if "-Infinity" in kinds else math.nan)
         merged: list[tuple[int, int]] = []
         for step in sorted(set(steps)):
@@ -561,7 +648,12 @@ def _nonfinite_findings(nonfinite: Mapping[str, Sequence[int]], infinite: Mappin
             message="",
             advice=_ADVICE["nonfinite"],
         )
-        out.append(msgspec.structs.replace(f, message=f"{col} is {'/'.join(kinds)} at step(s) {f.steps_text(4)} ({len(set(steps))} values)"))
+        out.append(
+            msgspec.structs.replace(
+                f,
+                message=f"{col} is {'/'.join(kinds)} at step(s) {f.steps_text(4)} ({len(set(steps))} values)",
+            )
+        )
     return out
 
 

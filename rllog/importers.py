@@ -27,8 +27,6 @@ from rllog.storage import open_for_reading, open_storage
 __all__ = ["ImportReport", "import_trl", "import_tensorboard", "trl_rows", "tensorboard_rows"]
 
 
-
-
 @dataclass
 class ImportReport:
     """What an import wrote: ``out`` (the run's URL), ``rows`` in metrics.jsonl,
@@ -44,12 +42,6 @@ class ImportReport:
     notes: list[str] = field(default_factory=list)
 
 
-
-
-
-
-
-
 def _read_source(src: str | os.PathLike[str], storage_options: dict[str, Any]) -> bytes:
     src = os.fspath(src)
     if "://" not in src or src.startswith("file://"):
@@ -59,7 +51,11 @@ def _read_source(src: str | os.PathLike[str], storage_options: dict[str, Any]) -
 
 
 def import_trl(
-    trainer_state: str | os.PathLike[str], out: str | os.PathLike[str], *, overwrite: bool = False, **storage_options: Any
+    trainer_state: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    overwrite: bool = False,
+    **storage_options: Any,
 ) -> ImportReport:
     """Convert a TRL ``trainer_state.json`` (local path or URI) into an rllog run at ``out``.
 
@@ -77,16 +73,12 @@ def import_trl(
     return _write_run(out, rows, config, notes, overwrite, storage_options)
 
 
-
-
-
-
-
-
-
-
 def import_tensorboard(
-    events_dir: str | os.PathLike[str], out: str | os.PathLike[str], *, overwrite: bool = False, **storage_options: Any
+    events_dir: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    overwrite: bool = False,
+    **storage_options: Any,
 ) -> ImportReport:
     """Convert a folder of TensorBoard event files (local path or URI) into an rllog run at ``out``.
 
@@ -134,7 +126,9 @@ def _write_run(
     storage = open_storage(out, **storage_options)
     if storage.exists(METRICS_FILE):
         if not overwrite:
-            raise FileExistsError(f"{storage.url}/{METRICS_FILE} already exists; choose an empty OUT or overwrite (--force)")
+            raise FileExistsError(
+                f"{storage.url}/{METRICS_FILE} already exists; choose an empty OUT or overwrite (--force)"
+            )
         for name in (METRICS_FILE, SUPERSEDED_FILE, CONFIG_FILE):
             if storage.exists(name):
                 storage.remove(name)

@@ -69,7 +69,9 @@ def _choose(columns: list[str], flagged: set[str], wanted: Sequence[str] = ()) -
     rank = {m: i for i, m in enumerate(MAIN_METRICS)}
     flagged = flagged | set(wanted)
     ordered = list(dict.fromkeys(wanted))
-    ordered += sorted((c for c in columns if canon[c] in rank and c not in ordered), key=lambda c: rank[canon[c]])
+    ordered += sorted(
+        (c for c in columns if canon[c] in rank and c not in ordered), key=lambda c: rank[canon[c]]
+    )
     ordered += [c for c in columns if c in flagged and c not in ordered]
     if len(ordered) < _MIN_CHARTS:  # an unfamiliar run: chart its first metrics
         ordered += [c for c in columns if c not in ordered and not c.startswith(("time/", "progress/"))]
@@ -94,7 +96,12 @@ def _sparse(steps: np.ndarray, logged: np.ndarray) -> bool:
 
 
 def render_index(
-    run: RunView, findings: list[Finding], *, thresholds: Thresholds | None = None, keys: Sequence[str] = (), base: str = "./"
+    run: RunView,
+    findings: list[Finding],
+    *,
+    thresholds: Thresholds | None = None,
+    keys: Sequence[str] = (),
+    base: str = "./",
 ) -> str:
     """The HTML text of the index page of ``run`` (from :func:`rllog._runsource.open_run`).
 
@@ -115,7 +122,8 @@ def render_index(
     key = run.step_key
     steps = (
         np.nan_to_num(np.asarray(metrics[key], dtype=float), nan=-1.0)
-        if key in metrics.columns else np.arange(n, dtype=float)
+        if key in metrics.columns
+        else np.arange(n, dtype=float)
     )
     columns = _numeric_columns(metrics, key)
     for k in keys:
@@ -135,27 +143,35 @@ def render_index(
             bad = np.isin(steps, np.asarray(run.nonfinite[col], dtype=float)) & ~np.isfinite(y)
         bad |= np.isinf(y)
         rows = np.isfinite(y) | bad
-        chart = line_chart(col, steps[rows], y[rows], bad[rows], x_label=key or "row", markers=_sparse(steps, rows))
+        chart = line_chart(
+            col, steps[rows], y[rows], bad[rows], x_label=key or "row", markers=_sparse(steps, rows)
+        )
         chart.flagged = worst.get(col, "")
         charts.append(chart)
     table = []
     for col, y in columns.items():
         fin = y[np.isfinite(y)]
-        table.append({
-            "key": col,
-            "rows": int(np.isfinite(y).sum() + len(run.nonfinite.get(col, ()))),
-            "last": _label(float(fin[-1])) if len(fin) else "",
-            "min": _label(float(fin.min())) if len(fin) else "",
-            "max": _label(float(fin.max())) if len(fin) else "",
-            "bad": len(run.nonfinite.get(col, ())),
-        })
+        table.append(
+            {
+                "key": col,
+                "rows": int(np.isfinite(y).sum() + len(run.nonfinite.get(col, ()))),
+                "last": _label(float(fin[-1])) if len(fin) else "",
+                "min": _label(float(fin.min())) if len(fin) else "",
+                "max": _label(float(fin.max())) if len(fin) else "",
+                "bad": len(run.nonfinite.get(col, ())),
+            }
+        )
     ckpt_cols: list[str] = []
     for rec in run.checkpoints:
         ckpt_cols += [k for k in rec if k not in ckpt_cols]
     by_iteration: dict[int, list[Any]] = {}
     for rep in run.reports:
         by_iteration.setdefault(rep.iteration, []).append(
-            {"href": base + quote(rep.name), "label": "train" if rep.split == "train" else f"eval {rep.eval_name}", "name": rep.name}
+            {
+                "href": base + quote(rep.name),
+                "label": "train" if rep.split == "train" else f"eval {rep.eval_name}",
+                "name": rep.name,
+            }
         )
     counts = {s: sum(f.severity == s for f in findings) for s in ("error", "warning", "info")}
     finite_steps = steps[steps >= 0]
@@ -174,7 +190,9 @@ def render_index(
         charts=charts,
         table=table,
         config=_flatten(run.config) if run.config is not None else None,
-        checkpoints=[{c: ("" if rec.get(c) is None else str(rec.get(c))) for c in ckpt_cols} for rec in run.checkpoints],
+        checkpoints=[
+            {c: ("" if rec.get(c) is None else str(rec.get(c))) for c in ckpt_cols} for rec in run.checkpoints
+        ],
         ckpt_cols=ckpt_cols,
         iterations=sorted(by_iteration.items()),
         warnings=run.warnings,
@@ -183,7 +201,11 @@ def render_index(
 
 
 def write_index(
-    log_path: Any, thresholds: Thresholds | None = None, *, keys: Sequence[str] = (), out: str | os.PathLike[str] | None = None
+    log_path: Any,
+    thresholds: Thresholds | None = None,
+    *,
+    keys: Sequence[str] = (),
+    out: str | os.PathLike[str] | None = None,
 ) -> tuple[str, list[Finding]]:
     """Read the run at ``log_path``, write ``index.html`` into it (atomically, through its Storage).
 
@@ -210,7 +232,9 @@ def write_index(
     findings = diagnose(run.metrics, thresholds, nonfinite=run.nonfinite, step_key=run.step_key)
     if out is None:
         html = render_index(run, findings, thresholds=thresholds, keys=keys)
-        run.storage.write(run.index_name, html.encode("utf-8", "backslashreplace"))  # lone surrogates as \udXXX
+        run.storage.write(
+            run.index_name, html.encode("utf-8", "backslashreplace")
+        )  # lone surrogates as \udXXX
         run.storage.flush()
         return f"{run.url.rstrip('/')}/{run.index_name}", findings
     out = os.fspath(out)

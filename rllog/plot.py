@@ -117,20 +117,30 @@ def plot_runs(
             raise ValueError(f"no run has metric {key!r}; keys of {views[0].url}: {numeric[:40]}")
     empty = [k for k in keys if not numbers[k]]
     if len(empty) == len(keys):
-        raise ValueError(f"no run has numeric values for {empty}: nothing to plot (string-valued metrics cannot be drawn)")
+        raise ValueError(
+            f"no run has numeric values for {empty}: nothing to plot (string-valued metrics cannot be drawn)"
+        )
     for key in empty:
-        warnings.warn(f"{key!r} has no numeric values in any run (string-valued?); its panel is empty", RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"{key!r} has no numeric values in any run (string-valued?); its panel is empty",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     with matplotlib.rc_context({"path.simplify": False, "svg.hashsalt": "rllog", "svg.fonttype": "none"}):
         fig = Figure(figsize=(width, panel_height * len(keys)), layout="constrained")
         axes = fig.subplots(len(keys), 1, squeeze=False)[:, 0]
         colors = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
-        for ax, key in zip(axes, keys):
-            for r, (view, label) in enumerate(zip(views, labels)):
+        for ax, key in zip(axes, keys, strict=False):
+            for r, (view, label) in enumerate(zip(views, labels, strict=False)):
                 df = view.metrics
                 if key not in df.columns:
                     continue
                 x_key = x if x in df.columns else (view.step_key or "row")
-                xs = pd.to_numeric(df[x_key], errors="coerce") if x_key in df.columns else pd.Series(np.arange(len(df)), dtype=float)
+                xs = (
+                    pd.to_numeric(df[x_key], errors="coerce")
+                    if x_key in df.columns
+                    else pd.Series(np.arange(len(df)), dtype=float)
+                )
                 ys = pd.to_numeric(df[key], errors="coerce")
                 keep = ys.notna().to_numpy() | np.isin(np.arange(len(df)), _logged_bad_rows(view, key))
                 keep &= xs.notna().to_numpy()
@@ -166,7 +176,9 @@ def _has_numbers(view: Any, key: str) -> bool:
 
     if key not in view.metrics.columns:
         return False
-    return bool(view.nonfinite.get(key)) or bool(pd.to_numeric(view.metrics[key], errors="coerce").notna().any())
+    return bool(view.nonfinite.get(key)) or bool(
+        pd.to_numeric(view.metrics[key], errors="coerce").notna().any()
+    )
 
 
 def _logged_bad_rows(view: Any, key: str) -> np.ndarray:

@@ -33,31 +33,33 @@ def healthy_rows(n: int = 40, seed: int = 0) -> list[dict]:
         f = i / (n - 1)
         noise = lambda s: rng.gauss(0, s)
         reward = 0.2 + 0.6 * f + noise(0.03)
-        rows.append({
-            "step": i,
-            "progress/batch": i,
-            # PPO (TRL PPOTrainer)
-            "objective/kl": 2.0 + 3.0 * f + noise(0.2),
-            "objective/entropy": 60.0 - 10 * f + noise(1.0),
-            "objective/rlhf_reward": reward,
-            "policy/approxkl_avg": 0.01 + abs(noise(0.003)),
-            "policy/clipfrac_avg": 0.08 + abs(noise(0.02)),
-            "loss/value_avg": 0.4 + abs(noise(0.05)),
-            "loss/policy_avg": noise(0.02),
-            "val/ratio": 1.0 + noise(0.02),
-            # GRPO (TRL GRPOTrainer)
-            "reward": reward,
-            "kl": 0.01 + 0.02 * f + abs(noise(0.002)),
-            "entropy": 1.2 - 0.3 * f + noise(0.02),
-            "clip_ratio/region_mean": 0.02 + abs(noise(0.01)),
-            "completions/clipped_ratio": 0.05 + abs(noise(0.02)),
-            # tinker-cookbook
-            "env/all/reward/total": reward,
-            "optim/entropy": 0.8 - 0.2 * f + noise(0.02),
-            "optim/kl_sample_train_v1": 0.001 + noise(0.0003),
-            "optim/kl_sample_train_v2": 0.001 + abs(noise(0.0003)),
-            "optim/lr": 4e-5,
-        })
+        rows.append(
+            {
+                "step": i,
+                "progress/batch": i,
+                # PPO (TRL PPOTrainer)
+                "objective/kl": 2.0 + 3.0 * f + noise(0.2),
+                "objective/entropy": 60.0 - 10 * f + noise(1.0),
+                "objective/rlhf_reward": reward,
+                "policy/approxkl_avg": 0.01 + abs(noise(0.003)),
+                "policy/clipfrac_avg": 0.08 + abs(noise(0.02)),
+                "loss/value_avg": 0.4 + abs(noise(0.05)),
+                "loss/policy_avg": noise(0.02),
+                "val/ratio": 1.0 + noise(0.02),
+                # GRPO (TRL GRPOTrainer)
+                "reward": reward,
+                "kl": 0.01 + 0.02 * f + abs(noise(0.002)),
+                "entropy": 1.2 - 0.3 * f + noise(0.02),
+                "clip_ratio/region_mean": 0.02 + abs(noise(0.01)),
+                "completions/clipped_ratio": 0.05 + abs(noise(0.02)),
+                # tinker-cookbook
+                "env/all/reward/total": reward,
+                "optim/entropy": 0.8 - 0.2 * f + noise(0.02),
+                "optim/kl_sample_train_v1": 0.001 + noise(0.0003),
+                "optim/kl_sample_train_v2": 0.001 + abs(noise(0.0003)),
+                "optim/lr": 4e-5,
+            }
+        )
     return rows
 
 

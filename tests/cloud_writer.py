@@ -16,15 +16,25 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rllog.storage import FsspecStorage  # noqa: E402
+from rllog.storage import FsspecStorage
 
 
 def row(tag: str, i: int) -> bytes:
-    return b'{"writer": "%s", "i": %d, "loss": %r, "pad": "%s"}\n' % (tag.encode(), i, 1.0 / (i + 1), b"x" * 40)
+    return b'{"writer": "%s", "i": %d, "loss": %r, "pad": "%s"}\n' % (
+        tag.encode(),
+        i,
+        1.0 / (i + 1),
+        b"x" * 40,
+    )
 
 
 def main() -> None:
-    url, options, tag, rows, flush_every = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], *map(int, sys.argv[4:6])
+    url, options, tag, rows, flush_every = (
+        sys.argv[1],
+        json.loads(sys.argv[2]),
+        sys.argv[3],
+        *map(int, sys.argv[4:6]),
+    )
     interval = float(sys.argv[6]) if len(sys.argv) > 6 else 5.0
     storage = FsspecStorage(url, flush_interval=interval, **options)
     print("READY", flush=True)

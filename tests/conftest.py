@@ -28,7 +28,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from servers import GcsServer, S3Server, configure_gcs_env, free_port, unique  # noqa: E402
+from servers import GcsServer, S3Server, configure_gcs_env, free_port, unique
 
 _GCS_PORT = int(os.environ.get("RLLOG_TEST_GCS_PORT") or free_port())
 os.environ["RLLOG_TEST_GCS_PORT"] = str(_GCS_PORT)  # subprocesses of tests see the same server

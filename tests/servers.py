@@ -146,8 +146,12 @@ class FaultProxy:
     zeroes them.
     """
 
-    def __init__(self, upstream: str, schedule: Callable[[int, str, str], Fault] | None = None,
-                 enforce_generation: bool = False) -> None:
+    def __init__(
+        self,
+        upstream: str,
+        schedule: Callable[[int, str, str], Fault] | None = None,
+        enforce_generation: bool = False,
+    ) -> None:
         host, port = upstream.removeprefix("http://").rsplit(":", 1)
         self.upstream = (host, int(port))
         self.enforce_generation = enforce_generation
@@ -204,7 +208,9 @@ class FaultProxy:
                 if proxy.enforce_generation and "ifGenerationMatch=" in self.path:
                     with proxy._cas_lock:  # check and write as one step, as GCS does
                         refused = proxy._generation_mismatch(self.command, self.path)
-                        status, headers, payload = (412, [], b'{"error": {"code": 412}}') if refused else self._forward(body)
+                        status, headers, payload = (
+                            (412, [], b'{"error": {"code": 412}}') if refused else self._forward(body)
+                        )
                 else:
                     status, headers, payload = self._forward(body)
                 if fault is not None and fault[0] == "drop_after":

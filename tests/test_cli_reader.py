@@ -22,9 +22,13 @@ REALDATA = REPO.parent / "shared" / "realdata"
 
 
 def make_run(path, lr: float, n: int = 5) -> None:
-    with RunLogger(path, config={"learning_rate": lr, "model_name": "tiny", "group_size": 4}, code_diff=False) as logger:
+    with RunLogger(
+        path, config={"learning_rate": lr, "model_name": "tiny", "group_size": 4}, code_diff=False
+    ) as logger:
         for s in range(n):
-            logger.log_metrics(s, {"env/all/reward/total": s / 10, "optim/entropy": 1.0 - s / 10, "time/total": 2.0})
+            logger.log_metrics(
+                s, {"env/all/reward/total": s / 10, "optim/entropy": 1.0 - s / 10, "time/total": 2.0}
+            )
         logger.log_checkpoint(f"{n:06d}", batch=n, final=True)
 
 
@@ -34,7 +38,9 @@ def invoke(*args: str) -> str:
     return result.output
 
 
-@pytest.mark.parametrize("cmd", [["summary"], ["tail"], ["diff"], ["import"], ["import", "trl"], ["import", "tensorboard"]])
+@pytest.mark.parametrize(
+    "cmd", [["summary"], ["tail"], ["diff"], ["import"], ["import", "trl"], ["import", "tensorboard"]]
+)
 def test_help(cmd):
     out = invoke(*cmd, "--help")
     assert out.startswith(f"Usage: main {' '.join(cmd)} ") and "--help" in out
@@ -51,7 +57,9 @@ def test_summary_of_a_run(tmp_path):
     assert "checkpoints  1, last: name=000005, batch=5, final=True" in out
     assert "learning_rate=0.0003" in out and "warnings" not in out
     info = json.loads(invoke("summary", "--json", "-k", "optim/entropy", "-k", "nope", str(tmp_path / "run")))
-    assert info["last"] == [{"key": "optim/entropy", "value": 0.6, "step": 4}] and info["missing_keys"] == ["nope"]
+    assert info["last"] == [{"key": "optim/entropy", "value": 0.6, "step": 4}] and info["missing_keys"] == [
+        "nope"
+    ]
     assert info["rows"] == 5 and {f["name"] for f in info["files"]} >= {"metrics.jsonl", "config.json"}
 
 
@@ -77,10 +85,14 @@ def test_tail_prints_the_last_rows(tmp_path):
     out = invoke("tail", "-n", "2", str(tmp_path / "run"))
     rows = [json.loads(x) for x in out.splitlines()]
     assert [r["step"] for r in rows] == [3, 4] and rows[1]["env/all/reward/total"] == 0.4
-    out = invoke("tail", "-n", "1", "-k", "optim/entropy", "-k", "missing", str(tmp_path / "run/metrics.jsonl"))
+    out = invoke(
+        "tail", "-n", "1", "-k", "optim/entropy", "-k", "missing", str(tmp_path / "run/metrics.jsonl")
+    )
     assert out.strip() == "step=4  optim/entropy=0.6  missing=-"
     result = CliRunner().invoke(main, ["tail", str(tmp_path / "missing")])
-    assert result.exit_code == 2 and "no run folder at" in result.output and not (tmp_path / "missing").exists()
+    assert (
+        result.exit_code == 2 and "no run folder at" in result.output and not (tmp_path / "missing").exists()
+    )
 
 
 def test_import_commands_then_summary(tmp_path):
@@ -110,7 +122,9 @@ def test_tail_follow_shows_a_new_row_within_a_second(tmp_path):
         stdout=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     lines: list[tuple[float, str]] = []
-    reader = threading.Thread(target=lambda: [lines.append((time.monotonic(), x)) for x in proc.stdout], daemon=True)
+    reader = threading.Thread(
+        target=lambda: [lines.append((time.monotonic(), x)) for x in proc.stdout], daemon=True
+    )
     reader.start()
     try:
         deadline = time.monotonic() + 30

@@ -14,13 +14,15 @@ import time
 from pathlib import Path
 
 import pytest
+from servers import FaultProxy, unique
 
 from rllog.errors import StorageError, StoragePermanentError
 from rllog.storage import FsspecStorage
-from servers import FaultProxy, unique
 
 WRITER = str(Path(__file__).parent / "cloud_writer.py")
-ROW = b'{"step": %d, "progress/batch": %d, "env/all/reward/total": 0.%06d, "optim/lr": 1e-05, "entropy": 0.5}\n'
+ROW = (
+    b'{"step": %d, "progress/batch": %d, "env/all/reward/total": 0.%06d, "optim/lr": 1e-05, "entropy": 0.5}\n'
+)
 
 
 @pytest.fixture
@@ -72,7 +74,9 @@ def test_gcs_rebases_before_the_component_limit(gcs_server, gcs_proxy):
             storage.flush(durable=True)
     storage.close()
     assert read_back(storage) == b"".join(rows)
-    whole = [p for m, p, n in gcs_proxy.stats.log if "name=runs/" in p and "metrics.jsonl&ifGenerationMatch=" in p]
+    whole = [
+        p for m, p, n in gcs_proxy.stats.log if "name=runs/" in p and "metrics.jsonl&ifGenerationMatch=" in p
+    ]
     assert len(whole) >= 1 + 15 // 4  # the create, then one re-base every 3 composes
     assert not [p for p in read_back_list(storage) if ".rllog-parts" in p]
 
@@ -89,7 +93,9 @@ def test_gcs_faults_never_raise_and_every_row_lands_once_in_order(gcs_server, gc
     storage = gcs_storage(gcs_server, gcs_proxy, flush_interval=0.05)
     faults = [("status", 503), ("status", 429), ("drop",), ("drop_after",), ("delay", 0.2), ("status", 500)]
     schedule = random.Random(5)
-    gcs_proxy.schedule = lambda k, m, p: schedule.choice(faults) if k < 300 and schedule.random() < 0.3 else None
+    gcs_proxy.schedule = lambda k, m, p: (
+        schedule.choice(faults) if k < 300 and schedule.random() < 0.3 else None
+    )
     rows = [ROW % (i, i, i) for i in range(400)]
     with pytest.warns(RuntimeWarning, match="retrying with backoff"):
         for i, row in enumerate(rows):
@@ -138,8 +144,14 @@ def test_run_logger_never_stalls_on_a_bucket_outage(gcs_server, gcs_proxy):
     gcs_proxy.schedule = lambda k, method, path: ("status", 503) if down.is_set() else None
     slowest = 0.0
     with pytest.warns(RuntimeWarning):
-        logger = RunLogger(url, code_diff=False, index=False, flush_interval=0.2, flush_timeout=2.0,
-                           **gcs_server.storage_options(gcs_proxy.endpoint))
+        logger = RunLogger(
+            url,
+            code_diff=False,
+            index=False,
+            flush_interval=0.2,
+            flush_timeout=2.0,
+            **gcs_server.storage_options(gcs_proxy.endpoint),
+        )
         logger.storage.backoff_initial, logger.storage.backoff_max = 0.05, 0.3
         for i in range(60):
             if i == 10:
@@ -188,11 +200,15 @@ def test_closing_on_a_dead_bucket_is_quick_and_keeps_the_rows(gcs_server, gcs_pr
         logger.close()
     assert time.monotonic() - t0 < 20  # gives up after 5 s without progress, not 30 + 60 s
     assert any("000020" in w and "not written" in w for w in logger.warnings)
-    gcs_proxy.schedule = lambda k, method, path: None  # back: the next writer on this machine uploads the journal
+    gcs_proxy.schedule = lambda k, method, path: (
+        None
+    )  # back: the next writer on this machine uploads the journal
     resumed = FsspecStorage(url, **gcs_server.storage_options(gcs_proxy.endpoint))
     resumed.close()
-    rows = [json.loads(r)["i"] for r in read_back(FsspecStorage(url, spill=False, **gcs_server.storage_options()))
-            .splitlines()]
+    rows = [
+        json.loads(r)["i"]
+        for r in read_back(FsspecStorage(url, spill=False, **gcs_server.storage_options())).splitlines()
+    ]
     assert rows == list(range(20))
 
 
@@ -243,7 +259,9 @@ def test_s3_multipart_appends_upload_only_new_bytes(server, request):
 # ---------------------------------------------------------------- processes
 
 
-def spawn(url: str, options: dict, tag: str, rows: int, flush_every: int, interval: float) -> subprocess.Popen:
+def spawn(
+    url: str, options: dict, tag: str, rows: int, flush_every: int, interval: float
+) -> subprocess.Popen:
     args = [sys.executable, WRITER, url, json.dumps(options), tag, str(rows), str(flush_every), str(interval)]
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -268,7 +286,9 @@ def test_kill_9_loses_no_acknowledged_row_and_duplicates_none(gcs_server):
         acked = max([int(line.split()[1]) for line in out.splitlines() if line.startswith("ACK")], default=-1)
         probe = FsspecStorage(url, spill=False, **gcs_server.storage_options())
         try:
-            landed = [r["i"] for r in parse(probe.read("metrics.jsonl"))] if probe.exists("metrics.jsonl") else []
+            landed = (
+                [r["i"] for r in parse(probe.read("metrics.jsonl"))] if probe.exists("metrics.jsonl") else []
+            )
         finally:
             probe.close()
         assert landed == list(range(len(landed))), f"trial {trial}: rows out of order or duplicated"

@@ -26,14 +26,27 @@ def test_demo_learns_and_logs_standard_metrics(tmp_path: Path) -> None:
     last = run_demo(DemoConfig(log_path=str(tmp_path), n_batches=40), quiet=True)
     metrics = rows(tmp_path / "metrics.jsonl")
     assert [m["step"] for m in metrics] == list(range(40))
-    for key in ("progress/batch", "progress/done_frac", "env/all/reward/total", "env/all/correct", "entropy",
-                "kl_sample_train_v1", "kl_sample_train_v2", "optim/lr", "time/total", "time/sample", "time/train"):
+    for key in (
+        "progress/batch",
+        "progress/done_frac",
+        "env/all/reward/total",
+        "env/all/correct",
+        "entropy",
+        "kl_sample_train_v1",
+        "kl_sample_train_v2",
+        "optim/lr",
+        "time/total",
+        "time/sample",
+        "time/train",
+    ):
         assert key in metrics[0], key
     first = sum(m["env/all/reward/total"] for m in metrics[:5]) / 5
     final = sum(m["env/all/reward/total"] for m in metrics[-5:]) / 5
     assert final > first + 0.25, (first, final)  # reward rises
     assert metrics[-1]["test/env/all/correct"] > metrics[0]["test/env/all/correct"] + 0.2
-    assert metrics[-1]["progress/done_frac"] == 1.0 and last == {k: v for k, v in metrics[-1].items() if k != "step"}
+    assert metrics[-1]["progress/done_frac"] == 1.0 and last == {
+        k: v for k, v in metrics[-1].items() if k != "step"
+    }
     ckpts = rows(tmp_path / "checkpoints.jsonl")
     assert [c["batch"] for c in ckpts] == [5, 10, 15, 20, 25, 30, 35, 40]
     assert ckpts[-1]["name"] == "final" and ckpts[-1]["final"] is True
@@ -55,13 +68,27 @@ def reference_run(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
 
 
 @pytest.mark.parametrize("trial", range(3))
-def test_sigkill_mid_run_then_resume_is_consistent(tmp_path: Path, trial: int, reference_run: list[dict]) -> None:
+def test_sigkill_mid_run_then_resume_is_consistent(
+    tmp_path: Path, trial: int, reference_run: list[dict]
+) -> None:
     """Kill -9 at a random moment after the second checkpoint, resume: the run ends as an
     uninterrupted one with the same seed does, and no row written before the kill is lost."""
     run = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "rllog", "demo", str(run), "--iterations", "30", "--save-every", "3",
-           "--iteration-delay", "0.02", "--quiet"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rllog",
+        "demo",
+        str(run),
+        "--iterations",
+        "30",
+        "--save-every",
+        "3",
+        "--iteration-delay",
+        "0.02",
+        "--quiet",
+    ]
     proc = subprocess.Popen(cmd, env=env)
     deadline = time.monotonic() + 60
     ckpt = run / "checkpoints.jsonl"
@@ -76,13 +103,19 @@ def test_sigkill_mid_run_then_resume_is_consistent(tmp_path: Path, trial: int, r
     subprocess.run(cmd[:-3] + ["--quiet", "--resume"], env=env, check=True, timeout=120)
     metrics = rows(run / "metrics.jsonl")
     assert [m["step"] for m in metrics] == list(range(30))  # no step twice, none missing
-    superseded = (run / "metrics.superseded.jsonl").read_bytes() if (run / "metrics.superseded.jsonl").exists() else b""
-    kept = b"".join(line + b"\n" for line in before_rows.splitlines() if json.loads(line)["step"] < resume_batch)
+    superseded = (
+        (run / "metrics.superseded.jsonl").read_bytes()
+        if (run / "metrics.superseded.jsonl").exists()
+        else b""
+    )
+    kept = b"".join(
+        line + b"\n" for line in before_rows.splitlines() if json.loads(line)["step"] < resume_batch
+    )
     # every row written before the kill is either still in metrics.jsonl or in the side file
     assert sorted(before_rows.splitlines()) == sorted(kept.splitlines() + superseded.splitlines())
     assert (run / "metrics.jsonl").read_bytes().startswith(kept)
     ckpts = rows(ckpt)
     assert ckpts[: len(before_ckpts)] == before_ckpts
-    assert [c["batch"] for c in ckpts[len(before_ckpts):]] == list(range(resume_batch + 3, 30, 3)) + [30]
+    assert [c["batch"] for c in ckpts[len(before_ckpts) :]] == list(range(resume_batch + 3, 30, 3)) + [30]
     assert all((run / c["state_path"]).is_file() for c in ckpts)
     assert [strip_times(m) for m in metrics] == reference_run  # same parameters and RNG state restored

@@ -82,18 +82,25 @@ def test_demo_on_a_bucket_reads_back_like_a_local_run(cloud_url, local_reference
     assert got["checkpoints"] == local_reference["checkpoints"]
     assert got["config"] == local_reference["config"]
     assert got["artifacts"] == local_reference["artifacts"] and len(got["artifacts"]) >= 3 * N
-    assert got["rollouts"] == local_reference["rollouts"] and len(got["rollouts"]) == N * 16 * 8 + 3 * 400  # evaluations at 0, 10 and the last
+    assert (
+        got["rollouts"] == local_reference["rollouts"] and len(got["rollouts"]) == N * 16 * 8 + 3 * 400
+    )  # evaluations at 0, 10 and the last
     assert got["logtree"] == local_reference["logtree"]
     assert got["eval_logtree"] == local_reference["eval_logtree"]
     assert got["weights"] == local_reference["weights"]  # the checkpointed policy, bit for bit
-    assert set(local_reference["files"]) <= set(got["files"]) | {"code.diff"}, (local_reference["files"], got["files"])
+    assert set(local_reference["files"]) <= set(got["files"]) | {"code.diff"}, (
+        local_reference["files"],
+        got["files"],
+    )
     # nothing was written to a local folder named like the URL
     assert not Path(url.split("://", 1)[1]).exists() and not (Path.cwd() / url.split("://", 1)[1]).exists()
 
 
 def test_demo_resumes_from_a_bucket(cloud_url) -> None:
     url, options = cloud_url
-    run_demo(DemoConfig(log_path=url, n_batches=6, save_every=4), quiet=True, **options)  # checkpoints at 4, final 6
+    run_demo(
+        DemoConfig(log_path=url, n_batches=6, save_every=4), quiet=True, **options
+    )  # checkpoints at 4, final 6
     storage = open_storage(url, **options)
     records = [json.loads(line) for line in storage.read("checkpoints.jsonl").splitlines()]
     storage.write("checkpoints.jsonl", json.dumps(records[0]).encode() + b"\n")  # as if killed after batch 5

@@ -11,8 +11,8 @@ import pytest
 from _doctor_runs import REALDATA, healthy_rows, planted, real_runs, write_run
 from click.testing import CliRunner
 
-from rllog.cli import main
 from rllog._format.rows import nonfinite_cells
+from rllog.cli import main
 from rllog.doctor import Thresholds, check_run, diagnose
 
 
@@ -98,7 +98,13 @@ def test_reward_flat_while_kl_grows():
     for i, row in enumerate(rows):
         row["reward"] = 0.5 + 0.01 * math.sin(i)
         row["kl"] = 0.01 + 0.01 * i
-        for k in ("objective/kl", "objective/rlhf_reward", "env/all/reward/total", "optim/kl_sample_train_v1", "optim/kl_sample_train_v2"):
+        for k in (
+            "objective/kl",
+            "objective/rlhf_reward",
+            "env/all/reward/total",
+            "optim/kl_sample_train_v1",
+            "optim/kl_sample_train_v2",
+        ):
             del row[k]
     (f,) = _only(diagnose(pd.DataFrame(rows)), "reward_flat_kl_grows")
     assert f.metric == "kl" and "reward" in f.message and f.steps == [(45, 59)]
@@ -114,32 +120,53 @@ def test_inf_found_without_nonfinite_map_and_missing_keys_are_not_nan():
     assert f.message.startswith("loss/policy_avg is Infinity at step(s) 7")
     df.loc[8, "loss/policy_avg"] = -math.inf
     (f,) = diagnose(df, nonfinite={"loss/policy_avg": [2]})
-    assert f.to_dict()["value"] == "Infinity" and f.steps == [(2, 2), (7, 8)] and "is NaN/Infinity/-Infinity" in f.message
+    assert (
+        f.to_dict()["value"] == "Infinity"
+        and f.steps == [(2, 2), (7, 8)]
+        and "is NaN/Infinity/-Infinity" in f.message
+    )
     df.loc[7, "loss/policy_avg"] = 1.0
     assert diagnose(df)[0].to_dict()["value"] == "-Infinity"
 
 
 def test_verl_and_openrlhf_keys_are_checked():
     n = 30
-    verl = pd.DataFrame({
-        "step": range(n),
-        "actor/ppo_kl": [0.5] * n,  # approx KL between consecutive policies, far too high
-        "actor/pg_clipfrac": [0.6] * n,
-        "actor/entropy": [1.0] * 10 + [0.001] * (n - 10),
-        "critic/vf_loss": [1.0] * 20 + [50.0] + [1.0] * (n - 21),
-        "response_length/clip_ratio": [0.9] * n,
-        "critic/score/mean": [0.5] * n,
-    })
+    verl = pd.DataFrame(
+        {
+            "step": range(n),
+            "actor/ppo_kl": [0.5] * n,  # approx KL between consecutive policies, far too high
+            "actor/pg_clipfrac": [0.6] * n,
+            "actor/entropy": [1.0] * 10 + [0.001] * (n - 10),
+            "critic/vf_loss": [1.0] * 20 + [50.0] + [1.0] * (n - 21),
+            "response_length/clip_ratio": [0.9] * n,
+            "critic/score/mean": [0.5] * n,
+        }
+    )
     found = {(f.check, f.metric) for f in diagnose(verl)}
-    assert found >= {("approx_kl", "actor/ppo_kl"), ("clip_fraction", "actor/pg_clipfrac"), ("entropy_collapse", "actor/entropy"),
-                     ("value_loss_spike", "critic/vf_loss"), ("clipped_completions", "response_length/clip_ratio")}
-    openrlhf = pd.DataFrame({  # wandb names carry train/, stripped
-        "step": range(n), "train/ppo_kl": [0.3] * n, "train/ppo_clip_ratio": [0.5] * n, "train/kl": [-0.2] * n,
-        "train/policy_entropy": [2.0] * 10 + [9.0] * (n - 10), "train/critic_loss": [1.0] * n,
-    })
+    assert found >= {
+        ("approx_kl", "actor/ppo_kl"),
+        ("clip_fraction", "actor/pg_clipfrac"),
+        ("entropy_collapse", "actor/entropy"),
+        ("value_loss_spike", "critic/vf_loss"),
+        ("clipped_completions", "response_length/clip_ratio"),
+    }
+    openrlhf = pd.DataFrame(
+        {  # wandb names carry train/, stripped
+            "step": range(n),
+            "train/ppo_kl": [0.3] * n,
+            "train/ppo_clip_ratio": [0.5] * n,
+            "train/kl": [-0.2] * n,
+            "train/policy_entropy": [2.0] * 10 + [9.0] * (n - 10),
+            "train/critic_loss": [1.0] * n,
+        }
+    )
     found = {(f.check, f.metric) for f in diagnose(openrlhf)}
-    assert found >= {("approx_kl", "train/ppo_kl"), ("clip_fraction", "train/ppo_clip_ratio"), ("kl_negative", "train/kl"),
-                     ("entropy_rise", "train/policy_entropy")}
+    assert found >= {
+        ("approx_kl", "train/ppo_kl"),
+        ("clip_fraction", "train/ppo_clip_ratio"),
+        ("kl_negative", "train/kl"),
+        ("entropy_rise", "train/policy_entropy"),
+    }
 
 
 def test_diagnose_takes_a_run_or_says_what_it_takes(tmp_path):
@@ -198,7 +225,11 @@ def test_cli_exit_codes_and_json(tmp_path):
     assert not (tmp_path / "missing").exists()  # reading never creates a folder
     assert cli.invoke(main, ["doctor", str(bad), "--set", "nope=1"]).exit_code == 2
     res = cli.invoke(main, ["doctor", str(bad), "--set", "ratio_high=abc"])
-    assert res.exit_code == 2 and "ratio_high must be a number, got 'abc'" in res.output and "msgspec" not in res.output
+    assert (
+        res.exit_code == 2
+        and "ratio_high must be a number, got 'abc'" in res.output
+        and "msgspec" not in res.output
+    )
     res = cli.invoke(main, ["doctor", "--list-thresholds"])
     assert res.exit_code == 0
     line = next(ln for ln in res.output.splitlines() if ln.startswith("ratio_high"))
@@ -235,7 +266,9 @@ def test_real_runs(tmp_path):
     assert (nan.metric, nan.severity, nan.steps) == ("grad_norm", "error", [(138, 138)])
     assert not [f for f in by("med-record@f04ea59") if f.check == "nonfinite"]
     # reward-only GRPO with sampler/trainer KL 0.04-0.58 on steps 2-7 (others stay near 1e-3)
-    kl = [f for f in by("exp4_reward_only") if f.check == "kl_large" and f.metric == "optim/kl_sample_train_v2"]
+    kl = [
+        f for f in by("exp4_reward_only") if f.check == "kl_large" and f.metric == "optim/kl_sample_train_v2"
+    ]
     assert kl and kl[0].steps[0] == (2, 7) and kl[0].value == pytest.approx(0.579151, abs=1e-6)
     # the TensorBoard events of the stage-2 run agree with its trainer_state.json: per-token kl ~1-1.6
     tb = [f.metric for f in by("threestage/stage2_output/logs") if f.check == "kl_large"]

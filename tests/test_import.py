@@ -8,9 +8,9 @@ import uuid
 
 import pytest
 
+from rllog import read_run
 from rllog.errors import RunFormatError
 from rllog.importers import import_tensorboard, import_trl
-from rllog import read_run
 from rllog.storage import open_storage
 
 
@@ -24,7 +24,9 @@ def write_events(logdir, start_time: int, scalars: list[tuple[int, str, float]],
         writer.write(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
         for step, tag, value in scalars:
             summary = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, simple_value=value)])
-            writer.write(event_pb2.Event(wall_time=time.time(), step=step, summary=summary).SerializeToString())
+            writer.write(
+                event_pb2.Event(wall_time=time.time(), step=step, summary=summary).SerializeToString()
+            )
         for event in extra:
             writer.write(event.SerializeToString())
 
@@ -37,21 +39,29 @@ def test_tensorboard_overlap_later_file_wins_from_its_first_step(tmp_path):
     logs.mkdir()
     # attempt 1 logs steps 0..5 then dies; attempt 2 resumes at step 3 and reaches 7
     write_events(logs, 100, [(s, "train/loss", 1.0 + s) for s in range(6)] + [(4, "eval/loss", 9.0)])
-    hist = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag="weights", histo=summary_pb2.HistogramProto(num=3))])
+    hist = summary_pb2.Summary(
+        value=[summary_pb2.Summary.Value(tag="weights", histo=summary_pb2.HistogramProto(num=3))]
+    )
     tensor = summary_pb2.Summary.Value(tag="train/kl", tensor=tensor_util.make_tensor_proto(0.25))
     tensor.metadata.plugin_data.plugin_name = "scalars"
     write_events(
         logs,
         200,
-        [(s, "train/loss", 2.0 + s) for s in range(3, 8)] + [(6, "eval/loss", 7.5), (7, "custom", 1.0), (7, "train/loss", 9.5)],
-        extra=[event_pb2.Event(step=7, summary=hist), event_pb2.Event(step=7, summary=summary_pb2.Summary(value=[tensor]))],
+        [(s, "train/loss", 2.0 + s) for s in range(3, 8)]
+        + [(6, "eval/loss", 7.5), (7, "custom", 1.0), (7, "train/loss", 9.5)],
+        extra=[
+            event_pb2.Event(step=7, summary=hist),
+            event_pb2.Event(step=7, summary=summary_pb2.Summary(value=[tensor])),
+        ],
     )
     report = import_tensorboard(logs, tmp_path / "run")
     run = read_run(tmp_path / "run")
     df = run.metrics
     assert df["step"].tolist() == list(range(8))
     assert df["loss"].tolist() == [1.0, 2.0, 3.0, 5.0, 6.0, 7.0, 8.0, 9.5]  # (tag, step) twice: later value
-    assert df["eval_loss"].dropna().tolist() == [7.5] and df.loc[7, "custom"] == 1.0 and df.loc[7, "kl"] == 0.25
+    assert (
+        df["eval_loss"].dropna().tolist() == [7.5] and df.loc[7, "custom"] == 1.0 and df.loc[7, "kl"] == 0.25
+    )
     sup = run.superseded  # attempt 1's steps >= 3, its eval row at 4 included
     assert sup["step"].tolist() == [3, 4, 4, 5] and sup["eval_loss"].dropna().tolist() == [9.0]
     assert report.superseded == 4 and any("weights (1)" in n for n in report.notes)
@@ -66,7 +76,9 @@ def test_tensorboard_errors(tmp_path):
 
 
 def trainer_state(log_history: list[dict], **fields) -> bytes:
-    return json.dumps({"global_step": log_history[-1]["step"], "max_steps": 10, **fields, "log_history": log_history}).encode()
+    return json.dumps(
+        {"global_step": log_history[-1]["step"], "max_steps": 10, **fields, "log_history": log_history}
+    ).encode()
 
 
 def test_trl_rows_from_and_to_uris():
@@ -74,7 +86,12 @@ def test_trl_rows_from_and_to_uris():
     history = [
         {"loss": 0.5, "reward": 1.0, "epoch": 0.5, "step": 1, "completions": [1, 2]},
         {"eval_loss": 0.7, "eval_reward": 0.9, "epoch": 0.6, "step": 1},  # epoch differs: kept as eval_epoch
-        {"train_runtime": 12.0, "train_loss": 0.5, "epoch": 0.5, "step": 1},  # summary row; epoch equal: dropped
+        {
+            "train_runtime": 12.0,
+            "train_loss": 0.5,
+            "epoch": 0.5,
+            "step": 1,
+        },  # summary row; epoch equal: dropped
     ]
     source = open_storage(base)
     source.write("ckpt/trainer_state.json", trainer_state(history, hub_token="secret123"))
@@ -86,7 +103,9 @@ def test_trl_rows_from_and_to_uris():
         {"step": 1, "loss": 0.5, "reward": 1.0, "epoch": 0.5, "completions": "[1,2]", "eval_loss": 0.7,
          "eval_reward": 0.9, "eval_epoch": 0.6, "train_runtime": 12.0, "train_loss": 0.5}
     ]  # fmt: skip
-    assert run.config["max_steps"] == 10 and run.config["hub_token"] != "secret123"  # the writer redacts secrets
+    assert (
+        run.config["max_steps"] == 10 and run.config["hub_token"] != "secret123"
+    )  # the writer redacts secrets
 
 
 def test_trl_refuses_to_overwrite_unless_asked(tmp_path):
@@ -95,7 +114,9 @@ def test_trl_refuses_to_overwrite_unless_asked(tmp_path):
     import_trl(src, tmp_path / "run")
     with pytest.raises(FileExistsError, match="already exists"):
         import_trl(src, tmp_path / "run")
-    src.write_bytes(b'{"global_step": 2, "log_history": [{"loss": 2.0, "step": 1}, {"loss": NaN, "step": 2}]}')
+    src.write_bytes(
+        b'{"global_step": 2, "log_history": [{"loss": 2.0, "step": 1}, {"loss": NaN, "step": 2}]}'
+    )
     import_trl(src, tmp_path / "run", overwrite=True)
     assert (tmp_path / "run/metrics.jsonl").read_bytes() == b'{"step":1,"loss":2.0}\n{"step":2,"loss":NaN}\n'
 

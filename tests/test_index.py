@@ -54,10 +54,24 @@ class _Dom(HTMLParser):
 
 def _chromium(*args: str, tmp_path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'chromium-profile'}", *args],
-        capture_output=True, text=True, timeout=120, check=True,
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-dev-shm-usage",
+            f"--user-data-dir={tmp_path / 'chromium-profile'}",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
     )
 
 
@@ -72,8 +86,17 @@ def _xss_run(tmp_path):
         row["loss/value_avg"] = math.nan if i in (10, 11) else row["loss/value_avg"]
     config = {"model_name": XSS, XSS: {"lr": 1e-5}, "eps": 0.2}
     ckpts = [{"name": XSS, "batch": 5, "state_path": "tinker://x/000005"}]
-    return write_run(tmp_path / "run", rows, config, ckpts,
-                     files=["train_iteration_000000.html", "eval_test_iteration_000000.html", "train_iteration_000001.html"])
+    return write_run(
+        tmp_path / "run",
+        rows,
+        config,
+        ckpts,
+        files=[
+            "train_iteration_000000.html",
+            "eval_test_iteration_000000.html",
+            "train_iteration_000001.html",
+        ],
+    )
 
 
 def test_index_html_structure(tmp_path):
@@ -82,12 +105,20 @@ def test_index_html_structure(tmp_path):
     assert url == f"{run}/index.html"
     html = (run / "index.html").read_text()
     assert [f.metric for f in findings] == ["loss/value_avg", XSS]
-    assert "<script" not in html and "<img" not in html and "onerror=\"" not in html
+    assert "<script" not in html and "<img" not in html and 'onerror="' not in html
     assert "&lt;script&gt;document.title=" in html  # shown as text
-    assert 'default-src &#39;none&#39;' in html or "default-src 'none'" in html  # CSP: no scripts, no requests
-    assert not re.search(r"""(src|href)=["']?(https?:)?//""", html) and "<link" not in html and "url(" not in html
+    assert (
+        "default-src &#39;none&#39;" in html or "default-src 'none'" in html
+    )  # CSP: no scripts, no requests
+    assert (
+        not re.search(r"""(src|href)=["']?(https?:)?//""", html)
+        and "<link" not in html
+        and "url(" not in html
+    )
     assert html.count('<figure class="chart') >= 10
-    assert 'href="./train_iteration_000001.html"' in html and 'href="./eval_test_iteration_000000.html"' in html
+    assert (
+        'href="./train_iteration_000001.html"' in html and 'href="./eval_test_iteration_000000.html"' in html
+    )
     assert not list(run.glob(".*.tmp"))  # atomic write left no temp file
 
 
@@ -114,7 +145,9 @@ def test_index_in_headless_chromium(tmp_path):
     assert XSS in charts  # the chart of the hostile metric name exists, captioned as text
     # every figure draws as many points as it claims; the reward chart has one per step
     paths = [a for t, a in dom.tags if t == "path" and a.get("class") == "series"]
-    assert sum(len(_points(p["d"])) for p in paths) + len(dom.find("circle")) == sum(int(f["data-points"]) for f in figures)
+    assert sum(len(_points(p["d"])) for p in paths) + len(dom.find("circle")) == sum(
+        int(f["data-points"]) for f in figures
+    )
     assert charts["env/all/reward/total"]["data-points"] == "30"
     # the NaN value loss: 2 gap markers, 28 points in 2 segments
     vl = charts["loss/value_avg"]
@@ -142,7 +175,9 @@ def test_index_of_every_real_run(tmp_path):
         assert html.count('<figure class="chart') >= 3, name
     v2p7 = next(p for n, p in runs.items() if n.endswith("logs_v2p7/metrics.jsonl"))
     html = (v2p7 / "index.html").read_text()
-    assert 'href="./train_iteration_000000.html"' in html and 'href="./eval_test_iteration_000000.html"' in html
+    assert (
+        'href="./train_iteration_000000.html"' in html and 'href="./eval_test_iteration_000000.html"' in html
+    )
     assert html.count("tinker://e38e0fcc") == 2 * 23  # state_path and sampler_path of 23 checkpoints
     assert 'data-key="env/all/reward/total" data-points="113"' in html
 
@@ -172,7 +207,9 @@ def test_index_beside_single_metrics_files(tmp_path):
     assert url == f"{tmp_path}/arithmetic_index.html" and [f.check for f in findings] == ["entropy_collapse"]
     html = (tmp_path / "arithmetic_index.html").read_text()
     assert "6 checkpoints" in html and 'data-key="optim/entropy" data-points="100"' in html
-    shutil.copyfile(REALDATA / "trl/Rusheel86__Chaos-Economy/trainer_state.json", tmp_path / "trainer_state.json")
+    shutil.copyfile(
+        REALDATA / "trl/Rusheel86__Chaos-Economy/trainer_state.json", tmp_path / "trainer_state.json"
+    )
     url, findings = write_index(tmp_path / "trainer_state.json")
     assert url.endswith("/trainer_state_index.html") and "clipped_completions" in {f.check for f in findings}
 
@@ -189,7 +226,9 @@ def test_index_extra_keys_out_elsewhere_sparse_markers_and_config_keys(tmp_path)
     try:
         out = tmp_path / "site" / "page.html"
         out.parent.mkdir()
-        res = CliRunner().invoke(main, ["index", str(run), "-k", "my/custom", "-k", "test/reward", "-o", str(out)])
+        res = CliRunner().invoke(
+            main, ["index", str(run), "-k", "my/custom", "-k", "test/reward", "-o", str(out)]
+        )
         assert res.exit_code == 0, res.output
         assert not (run / "index.html").exists()
     finally:
@@ -198,7 +237,9 @@ def test_index_extra_keys_out_elsewhere_sparse_markers_and_config_keys(tmp_path)
     keys = re.findall(r'<figure class="chart[^"]*" data-key="([^"]+)"', html)
     assert keys[:2] == ["my/custom", "test/reward"]
     assert 'href="../run/train_iteration_000003.html"' in html  # links into the run from elsewhere
-    figures = {m.group(1): m.group(0) for m in re.finditer(r'data-key="([^"]+)".*?</figure>', html, re.DOTALL)}
+    figures = {
+        m.group(1): m.group(0) for m in re.finditer(r'data-key="([^"]+)".*?</figure>', html, re.DOTALL)
+    }
     assert figures["test/reward"].count('class="pt"') == 4  # every value of the sparse metric marked
     assert 'class="pt"' not in figures["my/custom"]  # 40 values, every step: a plain line
     assert '<td class="ck">optimizer.learning_rate_schedule_warmup_steps</td>' in html

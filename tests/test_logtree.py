@@ -121,10 +121,14 @@ def golden_trace() -> logtree.Trace:
                 with logtree.group(g):
                     with logtree.scope("Trajectory 0"):
                         logtree.conversation(CONVO)
-                        logtree.table([{"step": 0, "reward": 0.5}, {"step": 1, "reward": 1.0}], caption="Steps")
+                        logtree.table(
+                            [{"step": 0, "reward": 0.5}, {"step": 1, "reward": 1.0}], caption="Steps"
+                        )
                         with logtree.details("Grader notes"):
                             logtree.text("all good", code=True)
-                    logtree.trajectory_stats(0, final_reward=1.0, steps=[{"ob_len": 10, "ac_len": 4, "reward": 0.5}])
+                    logtree.trajectory_stats(
+                        0, final_reward=1.0, steps=[{"ob_len": 10, "ac_len": 4, "reward": 0.5}]
+                    )
     return trace
 
 
@@ -138,7 +142,10 @@ def test_golden_html_structure():
     assert "lt-msg-user" in dom.find("style").text  # CSS inline
     # self-contained: no scripts, no external resources
     assert not dom.find_all("script") and not dom.find_all("link") and not dom.find_all("img")
-    assert all(not (e.attrs.get("href") or "#").lstrip("#").strip() or e.attrs["href"].startswith("#") for e in dom.find_all("a"))
+    assert all(
+        not (e.attrs.get("href") or "#").lstrip("#").strip() or e.attrs["href"].startswith("#")
+        for e in dom.find_all("a")
+    )
     main = dom.find("main", "lt-root")
     assert main.find("h1").text == "Train iteration 7"
     # header levels follow nesting: Sampling h2 > Group h3 > Trajectory h4
@@ -153,7 +160,12 @@ def test_golden_html_structure():
     traj = groups[0].find("section", "lt-section")
     assert traj.children[0].tag == "h4" and traj.children[0].text == "Trajectory 0"
     msgs = traj.find("div", "lt-conversation").find_all("div", "lt-msg")
-    assert [m.attrs["class"].split()[1] for m in msgs] == ["lt-msg-system", "lt-msg-user", "lt-msg-assistant", "lt-msg-tool"]
+    assert [m.attrs["class"].split()[1] for m in msgs] == [
+        "lt-msg-system",
+        "lt-msg-user",
+        "lt-msg-assistant",
+        "lt-msg-tool",
+    ]
     assert [m.find("div", "lt-role").text for m in msgs] == ["system", "user", "assistant", "tool call c1"]
     assistant = msgs[2]
     assert assistant.find("details", "lt-thinking").find("div", "lt-code").text == "2 plus 3 is 5"
@@ -164,7 +176,10 @@ def test_golden_html_structure():
     table = traj.find("table")
     assert table.find("caption").text == "Steps"
     assert [th.text for th in table.find_all("th")] == ["step", "reward"]
-    assert [[td.text for td in tr.find_all("td")] for tr in table.find("tbody").find_all("tr")] == [["0", "0.5"], ["1", "1"]]
+    assert [[td.text for td in tr.find_all("td")] for tr in table.find("tbody").find_all("tr")] == [
+        ["0", "0.5"],
+        ["1", "1"],
+    ]
     det = traj.find("details", "lt-details")
     assert det.children[0].text == "Grader notes" and "open" not in det.attrs
     assert det.find("div", "lt-code").text == "all good"
@@ -173,7 +188,9 @@ def test_golden_html_structure():
     assert td.attrs["id"] == "trajectory-details" and td.find("h2").text == "Trajectory Details"
     tgroups = td.find_all("details", "lt-traj-group")
     assert len(tgroups) == 3
-    assert "stats only" in tgroups[2].find("summary").text and "full content" in tgroups[0].find("summary").text
+    assert (
+        "stats only" in tgroups[2].find("summary").text and "full content" in tgroups[0].find("summary").text
+    )
     row = [td_.text for td_ in tgroups[2].find("tbody").find("tr").find_all("td")]
     assert row[:6] == ["0", "1.5", "1", "1", "10", "4"]
 
@@ -358,7 +375,9 @@ def test_odd_content_warns_once_never_raises_and_shows_a_repr():
     with pytest.warns(RuntimeWarning, match="logtree.text expects a str, got bytes") as warned:
         with logtree.open_trace("t") as trace:
             logtree.text(b"bytes")
-            logtree.conversation([{"role": "user", "content": "x"}, {"content": "y"}, "plain", {"role": "user", "content": 7}])
+            logtree.conversation(
+                [{"role": "user", "content": "x"}, {"content": "y"}, "plain", {"role": "user", "content": 7}]
+            )
             logtree.conversation("hello")
             logtree.conversation({"role": "user", "content": "one"})
             logtree.conversation([Broken()])
@@ -368,20 +387,41 @@ def test_odd_content_warns_once_never_raises_and_shows_a_repr():
     assert len(warned) == 1 and "warned once per report" in str(warned[0].message)
     kids = trace.root.children
     assert kids[0].children == ["b'bytes'"]
-    assert kids[1].data["messages"] == [{"role": "user", "content": "x"}, {"content": "y"}, "plain", {"role": "user", "content": 7}]
-    assert kids[2].data["messages"] == ["hello"] and kids[3].data["messages"] == [{"role": "user", "content": "one"}]
+    assert kids[1].data["messages"] == [
+        {"role": "user", "content": "x"},
+        {"content": "y"},
+        "plain",
+        {"role": "user", "content": 7},
+    ]
+    assert kids[2].data["messages"] == ["hello"] and kids[3].data["messages"] == [
+        {"role": "user", "content": "one"}
+    ]
     assert kids[4].data["messages"] == ["<list: repr() failed: RuntimeError>"]
     assert kids[5].children == ["3"] and kids[6].children[0].children == ["5"]
-    assert kids[6].children[1].data == {"type": "table", "columns": ["a", ""], "rows": [[1, 2]], "caption": "1.5"}
+    assert kids[6].children[1].data == {
+        "type": "table",
+        "columns": ["a", ""],
+        "rows": [[1, 2]],
+        "caption": "1.5",
+    }
     dom = parse(trace.to_html())
     convs = dom.find_all("div", "lt-conversation")
-    assert [m.find("div", "lt-role").text for m in convs[0].find_all("div", "lt-msg")] == ["user", "?", "? not a message dict", "user"]
+    assert [m.find("div", "lt-role").text for m in convs[0].find_all("div", "lt-msg")] == [
+        "user",
+        "?",
+        "? not a message dict",
+        "user",
+    ]
     assert convs[0].find_all("div", "lt-msg")[3].find("div", "lt-code").text == "7"
     assert convs[1].find("div", "lt-code").text == '"hello"'
 
 
 def test_openai_tool_call_messages_render_and_stay_as_logged():
-    call = {"id": "call_9", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}
+    call = {
+        "id": "call_9",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'},
+    }
     messages = [
         {"role": "user", "content": "Weather in Oslo?"},
         {"role": "assistant", "content": None, "tool_calls": [call]},
@@ -394,7 +434,12 @@ def test_openai_tool_call_messages_render_and_stay_as_logged():
             logtree.conversation(messages)
     assert json.loads(trace.to_json())["root"]["children"][0]["data"]["messages"] == messages
     msgs = parse(trace.to_html()).find("div", "lt-conversation").find_all("div", "lt-msg")
-    assert [m.find("div", "lt-role").text for m in msgs] == ["user", "assistant", "tool result of get_weather · call call_9", "assistant"]
+    assert [m.find("div", "lt-role").text for m in msgs] == [
+        "user",
+        "assistant",
+        "tool result of get_weather · call call_9",
+        "assistant",
+    ]
     tc = msgs[1].find("div", "lt-tool-call")
     assert tc.find("code").text == "get_weather" and tc.find("span", "lt-note").text == "id call_9"
     assert tc.find("div", "lt-code").text == '{\n  "city": "Oslo"\n}'
@@ -433,7 +478,9 @@ def test_decorator_sync_and_async_and_explicit_handles():
     assert kids[0]["children"][1] == {"tag": "p", "attrs": {"class": "lt-p"}, "children": ["in A"]}
     assert kids[0]["children"][2]["attrs"] == {"class": "lt-details", "open": ""}
     assert kids[1]["children"] == ["top"]
-    assert kids[2]["children"][0]["children"] == ["Rollout"] and kids[2]["children"][1]["children"] == ["rollout 3"]
+    assert kids[2]["children"][0]["children"] == ["Rollout"] and kids[2]["children"][1]["children"] == [
+        "rollout 3"
+    ]
 
 
 def test_trajectory_records_from_rollout_summaries_replace_by_index():
@@ -450,12 +497,26 @@ def test_trajectory_records_from_rollout_summaries_replace_by_index():
                 "total_reward": 1.0,
                 "final_reward": 1.0,
                 "trajectory_metrics": {"correct": 1.0},
-                "steps": [{"step_idx": 0, "ob_len": 7, "ac_len": 8, "reward": 0.0, "episode_done": True, "metrics": {}, "logs": {}}],
+                "steps": [
+                    {
+                        "step_idx": 0,
+                        "ob_len": 7,
+                        "ac_len": 8,
+                        "reward": 0.0,
+                        "episode_done": True,
+                        "metrics": {},
+                        "logs": {},
+                    }
+                ],
             }
         ]
     )
     (rec,) = trace.trajectories
-    assert rec["total_reward"] == 1.0 and rec["trajectory_metrics"] == {"correct": 1.0} and rec["steps"][0]["ob_len"] == 7
+    assert (
+        rec["total_reward"] == 1.0
+        and rec["trajectory_metrics"] == {"correct": 1.0}
+        and rec["steps"][0]["ob_len"] == 7
+    )
 
 
 def test_nonfinite_values_follow_strict_json():
@@ -472,15 +533,23 @@ def test_write_to_memory_and_local(tmp_path):
     for storage in (memory_storage(), LocalStorage(tmp_path / "run")):
         with logtree.iteration_trace(storage, 12, eval_name="test") as trace, logtree.group(0):
             logtree.conversation(CONVO)
-        assert storage.list() == ["eval_test_iteration_000012.html", "eval_test_iteration_000012_logtree.json"]
+        assert storage.list() == [
+            "eval_test_iteration_000012.html",
+            "eval_test_iteration_000012_logtree.json",
+        ]
         doc = json.loads(storage.read("eval_test_iteration_000012_logtree.json"))
         assert doc["path"] == f"{storage.url}/eval_test_iteration_000012.html" == trace.path
         assert doc["title"] == "Evaluation test, iteration 12"
         assert find_conversations(doc["root"])[0]["messages"] == CONVO
-        assert parse(storage.read("eval_test_iteration_000012.html").decode("utf-8")).find("title").text == doc["title"]
+        assert (
+            parse(storage.read("eval_test_iteration_000012.html").decode("utf-8")).find("title").text
+            == doc["title"]
+        )
 
 
-@pytest.mark.parametrize("name", ["../../x", "a/b", "CON", "", "x" * 300, "/abs", "nul\x00", "..", "Test", "test"])
+@pytest.mark.parametrize(
+    "name", ["../../x", "a/b", "CON", "", "x" * 300, "/abs", "nul\x00", "..", "Test", "test"]
+)
 def test_eval_names_stay_inside_log_path(tmp_path, name):
     storage = LocalStorage(tmp_path / "run")
     with logtree.iteration_trace(storage, 1, eval_name=name):
@@ -510,7 +579,12 @@ def test_write_failure_warns_and_keeps_body_exception():
     with pytest.raises(RuntimeError, match="body"):
         with logtree.iteration_trace(Broken(), 0, warn=lambda kind, msg: seen.append((kind, msg))):
             raise RuntimeError("body")
-    assert seen and seen[0][0] == "logtree_write" and "train_iteration_000000.html" in seen[0][1] and "disk full" in seen[0][1]
+    assert (
+        seen
+        and seen[0][0] == "logtree_write"
+        and "train_iteration_000000.html" in seen[0][1]
+        and "disk full" in seen[0][1]
+    )
     with pytest.warns(RuntimeWarning, match="was not written"), logtree.iteration_trace(Broken(), 0):
         pass
 
@@ -528,7 +602,7 @@ PAYLOADS = [
     "</script><script>alert(2)</script>",
     "<img src=x onerror=alert(3)>",
     '<a href="javascript:alert(4)">click</a>',
-    "\" onmouseover=\"alert(5)\" x='",
+    '" onmouseover="alert(5)" x=\'',
     "</textarea></style></details></div></main><h1>fake</h1>",
     "<!-- comment --> <![CDATA[ x ]]> &amp; &lt;",
     "nul\x00byte",
@@ -550,8 +624,15 @@ def _hostile_trace(p: str) -> logtree.Trace:
                 logtree.conversation(
                     [
                         {"role": p, "content": p},
-                        {"role": "assistant", "content": [{"type": "thinking", "thinking": p}, {"type": "text", "text": p}]},
-                        {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": p, "arguments": p}}]},
+                        {
+                            "role": "assistant",
+                            "content": [{"type": "thinking", "thinking": p}, {"type": "text", "text": p}],
+                        },
+                        {
+                            "role": "assistant",
+                            "content": "",
+                            "tool_calls": [{"function": {"name": p, "arguments": p}}],
+                        },
                     ]
                 )
                 logtree.table([{p: p}], caption=p)
@@ -594,7 +675,9 @@ def check_inert(p: str, trace: logtree.Trace) -> None:
     doc = json.loads(raw)
     assert doc["title"] == p
     assert find_conversations(doc["root"])[0]["messages"][0] == {"role": p, "content": p}
-    assert doc["root"]["children"][-1]["children"][1]["data"]["trajectories"][0]["trajectory_metrics"] == {p: p}
+    assert doc["root"]["children"][-1]["children"][1]["data"]["trajectories"][0]["trajectory_metrics"] == {
+        p: p
+    }
 
 
 @pytest.mark.parametrize("p", PAYLOADS)
@@ -602,8 +685,30 @@ def test_model_text_is_inert_in_html_and_exact_in_json(p):
     check_inert(p, _hostile_trace(p))
 
 
-FRAGMENTS = ["<", ">", "&", '"', "'", "=", "/", "script", "img", "on", "javascript:", "\x00", "\ud800", "{{", "-->", "&lt;", " "]
-HOSTILE = st.lists(st.sampled_from(FRAGMENTS) | st.text(st.characters(exclude_categories=()), max_size=5), min_size=1, max_size=12).map("".join)
+FRAGMENTS = [
+    "<",
+    ">",
+    "&",
+    '"',
+    "'",
+    "=",
+    "/",
+    "script",
+    "img",
+    "on",
+    "javascript:",
+    "\x00",
+    "\ud800",
+    "{{",
+    "-->",
+    "&lt;",
+    " ",
+]
+HOSTILE = st.lists(
+    st.sampled_from(FRAGMENTS) | st.text(st.characters(exclude_categories=()), max_size=5),
+    min_size=1,
+    max_size=12,
+).map("".join)
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -615,7 +720,14 @@ def test_arbitrary_text_property(p):
 def test_demo_writes_reports_every_iteration_and_periodic_evaluation(tmp_path):
     from rllog._demo import DemoConfig, run_demo
 
-    cfg = DemoConfig(log_path=str(tmp_path), n_batches=3, eval_every=2, groups_per_batch=6, group_size=4, num_groups_to_log=2)
+    cfg = DemoConfig(
+        log_path=str(tmp_path),
+        n_batches=3,
+        eval_every=2,
+        groups_per_batch=6,
+        group_size=4,
+        num_groups_to_log=2,
+    )
     run_demo(cfg, quiet=True)
     names = {p.name for p in tmp_path.iterdir()}
     for i in range(3):
@@ -625,14 +737,21 @@ def test_demo_writes_reports_every_iteration_and_periodic_evaluation(tmp_path):
     doc = json.loads((tmp_path / "train_iteration_000001_logtree.json").read_text())
     convs = find_conversations(doc["root"])
     assert len(convs) == 2 * 4  # num_groups_to_log groups x group_size
-    assert all(c["messages"][0]["role"] == "user" and c["messages"][0]["content"].startswith("What is ") for c in convs)
+    assert all(
+        c["messages"][0]["role"] == "user" and c["messages"][0]["content"].startswith("What is ")
+        for c in convs
+    )
     trajs = doc["root"]["children"][-1]["children"][1]["data"]["trajectories"]
     assert len(trajs) == 6 * 4 and {t["group_idx"] for t in trajs} == set(range(6))
     assert all(t["final_reward"] in (0.0, 0.1, 1.0) and t["steps"][0]["ac_len"] >= 1 for t in trajs)
     ev = json.loads((tmp_path / "eval_test_iteration_000002_logtree.json").read_text())
-    assert len(ev["root"]["children"][-1]["children"][1]["data"]["trajectories"]) == 400  # 100 prompts x 4 samples
+    assert (
+        len(ev["root"]["children"][-1]["children"][1]["data"]["trajectories"]) == 400
+    )  # 100 prompts x 4 samples
     dom = parse((tmp_path / "train_iteration_000002.html").read_text())
-    assert len(dom.find_all("details", "lt-group")) == 2 and len(dom.find_all("details", "lt-traj-group")) == 6
+    assert (
+        len(dom.find_all("details", "lt-group")) == 2 and len(dom.find_all("details", "lt-traj-group")) == 6
+    )
 
 
 def test_written_report_links_index_and_neighbouring_iterations(tmp_path):
@@ -642,11 +761,22 @@ def test_written_report_links_index_and_neighbouring_iterations(tmp_path):
             logtree.text("x")
     with logtree.iteration_trace(storage, 1, eval_name="held out"):
         pass
+
     def nav(name):
-        return [(a.text, a.attrs["href"]) for a in parse((tmp_path / name).read_text()).find("nav", "lt-nav").find_all("a")]
-    assert nav("train_iteration_000000.html") == [("Run index", "index.html"), ("iteration 1 →", "train_iteration_000001.html")]
+        return [
+            (a.text, a.attrs["href"])
+            for a in parse((tmp_path / name).read_text()).find("nav", "lt-nav").find_all("a")
+        ]
+
+    assert nav("train_iteration_000000.html") == [
+        ("Run index", "index.html"),
+        ("iteration 1 →", "train_iteration_000001.html"),
+    ]
     assert nav("train_iteration_000001.html") == [
-        ("Run index", "index.html"), ("← iteration 0", "train_iteration_000000.html"), ("iteration 2 →", "train_iteration_000002.html")]
+        ("Run index", "index.html"),
+        ("← iteration 0", "train_iteration_000000.html"),
+        ("iteration 2 →", "train_iteration_000002.html"),
+    ]
     eval_page = next(p.name for p in tmp_path.glob("eval_*_iteration_000001.html"))
     assert nav(eval_page) == [("Run index", "index.html")]
 
@@ -660,5 +790,7 @@ def test_wide_table_scrolls_and_keeps_headers_and_numbers_whole():
     assert all(c.attrs.get("class") == "lt-num" for c in cells) and cells[1].text == "0.123457"
     css = dom.find("style").text
     assert re.search(r"\.lt-table-wrap \{[^}]*overflow-x: auto", css)
-    assert re.search(r"th \{[^}]*white-space: nowrap", css) and re.search(r"td\.lt-num \{[^}]*white-space: nowrap", css)
+    assert re.search(r"th \{[^}]*white-space: nowrap", css) and re.search(
+        r"td\.lt-num \{[^}]*white-space: nowrap", css
+    )
     assert "overflow-wrap: anywhere" not in re.search(r"th, td \{[^}]*\}", css).group(0)

@@ -24,7 +24,12 @@ def log_group(g: int, yield_point=None) -> None:
         for t in range(2):
             with logtree.scope(f"Trajectory {t}"):
                 pause()
-                logtree.conversation([{"role": "user", "content": f"prompt g{g}"}, {"role": "assistant", "content": f"reply g{g} t{t}"}])
+                logtree.conversation(
+                    [
+                        {"role": "user", "content": f"prompt g{g}"},
+                        {"role": "assistant", "content": f"reply g{g} t{t}"},
+                    ]
+                )
                 pause()
                 logtree.text(f"reward g{g} t{t}")
             logtree.trajectory_stats(t, total_reward=g + t / 10)
@@ -35,7 +40,12 @@ async def alog_group(g: int) -> None:
         for t in range(2):
             with logtree.scope(f"Trajectory {t}"):
                 await asyncio.sleep(0)
-                logtree.conversation([{"role": "user", "content": f"prompt g{g}"}, {"role": "assistant", "content": f"reply g{g} t{t}"}])
+                logtree.conversation(
+                    [
+                        {"role": "user", "content": f"prompt g{g}"},
+                        {"role": "assistant", "content": f"reply g{g} t{t}"},
+                    ]
+                )
                 await asyncio.sleep(0.001 * ((g * 7) % 5))
                 logtree.text(f"reward g{g} t{t}")
             logtree.trajectory_stats(t, total_reward=g + t / 10)
@@ -119,7 +129,9 @@ def test_asyncio_to_thread_and_mixed():
 
     async def main():
         with logtree.iteration_trace(storage, 7, num_groups_to_log=N):
-            await asyncio.gather(*(asyncio.to_thread(log_group, g) if g % 2 else alog_group(g) for g in range(N)))
+            await asyncio.gather(
+                *(asyncio.to_thread(log_group, g) if g % 2 else alog_group(g) for g in range(N))
+            )
 
     asyncio.run(main())
     check_groups(json.loads(storage.read("train_iteration_000007_logtree.json")))
@@ -149,9 +161,16 @@ def test_logger_iteration_and_evaluation(tmp_path):
     assert len(evals) == 2 and all(n.startswith("eval_gsm8k_test-h") for n in evals)
     doc = json.loads((tmp_path / "train_iteration_000003_logtree.json").read_text())
     assert doc["title"] == "Train iteration 3"
-    assert [c["attrs"]["id"] for c in doc["root"]["children"] if c["attrs"].get("class") == "lt-group"] == ["group-0"]
+    assert [c["attrs"]["id"] for c in doc["root"]["children"] if c["attrs"].get("class") == "lt-group"] == [
+        "group-0"
+    ]
     ev = json.loads((tmp_path / next(n for n in evals if n.endswith(".json"))).read_text())
-    assert [r["group_idx"] for r in ev["root"]["children"][-1]["children"][1]["data"]["trajectories"]] == [0, 0, 1, 1]
+    assert [r["group_idx"] for r in ev["root"]["children"][-1]["children"][1]["data"]["trajectories"]] == [
+        0,
+        0,
+        1,
+        1,
+    ]
 
 
 def test_logger_iteration_is_a_noop_on_other_ranks(tmp_path):

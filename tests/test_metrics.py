@@ -47,8 +47,15 @@ def test_rows_read_back_equal_what_was_logged(tmp_path: Path) -> None:
     rows = [
         {"progress/batch": 0, "env/all/reward/total": 0.25, "flag": True, "name": "réponse ✅", "none": None},
         {"progress/batch": 1, "loss": float("nan"), "up": float("inf"), "down": float("-inf")},
-        {"np64": np.float64(1.5), "np32": np.float32(0.25), "npint": np.int64(7), "np0d": np.array(2.5),
-         "np1": np.array([3.0]), "torch": TorchLike(4.5), "npbool": np.bool_(True)},
+        {
+            "np64": np.float64(1.5),
+            "np32": np.float32(0.25),
+            "npint": np.int64(7),
+            "np0d": np.array(2.5),
+            "np1": np.array([3.0]),
+            "torch": TorchLike(4.5),
+            "npbool": np.bool_(True),
+        },
         {"lone": "a\ud800b", "emoji": "😀", "quote": 'he said "hi"\n'},
     ]
     with RunLogger(tmp_path, code_diff=False) as logger:
@@ -59,7 +66,16 @@ def test_rows_read_back_equal_what_was_logged(tmp_path: Path) -> None:
     assert [list(r) for r in got] == [["step", *row] for row in rows]  # step first, then the caller's order
     assert got[0] == {"step": 0, **rows[0]}
     assert math.isnan(got[1]["loss"]) and got[1]["up"] == math.inf and got[1]["down"] == -math.inf
-    expected2 = {"step": 2, "np64": 1.5, "np32": 0.25, "npint": 7, "np0d": 2.5, "np1": 3.0, "torch": 4.5, "npbool": True}
+    expected2 = {
+        "step": 2,
+        "np64": 1.5,
+        "np32": 0.25,
+        "npint": 7,
+        "np0d": 2.5,
+        "np1": 3.0,
+        "torch": 4.5,
+        "npbool": True,
+    }
     assert all(same(got[2][k], v) for k, v in expected2.items())
     assert got[3]["lone"] == "a\ud800b" and got[3]["emoji"] == "😀" and got[3]["quote"] == 'he said "hi"\n'
     raw = (tmp_path / "metrics.jsonl").read_bytes().splitlines()
@@ -72,14 +88,23 @@ def test_pandas_reads_the_file_and_the_seed_plot_call_works(tmp_path: Path) -> N
     matplotlib.use("Agg")
     with RunLogger(tmp_path, code_diff=False) as logger:
         for i in range(20):
-            logger.log_metrics(i, {"progress/batch": i, "env/all/reward/total": i / 20, "entropy": float("nan") if i == 3 else 1.0})
+            logger.log_metrics(
+                i,
+                {
+                    "progress/batch": i,
+                    "env/all/reward/total": i / 20,
+                    "entropy": float("nan") if i == 3 else 1.0,
+                },
+            )
     df = pd.read_json(tmp_path / "metrics.jsonl", lines=True)
     assert len(df) == 20 and list(df["progress/batch"]) == list(range(20))
     assert math.isnan(df["entropy"][3]) and df["entropy"][4] == 1.0
     ax = df.plot(x="progress/batch", y="env/all/reward/total")
     line = ax.get_lines()[0]
     assert list(line.get_xdata()) == list(range(20))
-    assert list(line.get_ydata()) == pytest.approx([i / 20 for i in range(20)], rel=1e-15)  # pandas parses floats to ~1 ulp
+    assert list(line.get_ydata()) == pytest.approx(
+        [i / 20 for i in range(20)], rel=1e-15
+    )  # pandas parses floats to ~1 ulp
 
 
 def test_odd_scalars_become_the_numbers_they_stand_for(tmp_path: Path) -> None:
@@ -96,16 +121,35 @@ def test_odd_scalars_become_the_numbers_they_stand_for(tmp_path: Path) -> None:
         HIGH = 3
 
     with RunLogger(tmp_path, code_diff=False) as logger:
-        logger.log_metrics(0, {
-            "masked": np.ma.masked_invalid([np.nan, np.nan]).mean(), "longdouble": np.longdouble(0.5),
-            "phase": Phase.TRAIN, "level": Level.HIGH, "dec": Decimal("0.25"), "frac": Fraction(1, 4),
-            "f16": np.float16(0.5), "bf16": torch.tensor([0.5], dtype=torch.bfloat16), "u8": np.uint8(7),
-            "i64max": 2**63 - 1,
-        })
+        logger.log_metrics(
+            0,
+            {
+                "masked": np.ma.masked_invalid([np.nan, np.nan]).mean(),
+                "longdouble": np.longdouble(0.5),
+                "phase": Phase.TRAIN,
+                "level": Level.HIGH,
+                "dec": Decimal("0.25"),
+                "frac": Fraction(1, 4),
+                "f16": np.float16(0.5),
+                "bf16": torch.tensor([0.5], dtype=torch.bfloat16),
+                "u8": np.uint8(7),
+                "i64max": 2**63 - 1,
+            },
+        )
     row = read_rows(tmp_path / "metrics.jsonl")[0]
     assert math.isnan(row.pop("masked"))
-    assert row == {"step": 0, "longdouble": 0.5, "phase": "train", "level": 3, "dec": 0.25, "frac": 0.25,
-                   "f16": 0.5, "bf16": 0.5, "u8": 7, "i64max": 2**63 - 1}
+    assert row == {
+        "step": 0,
+        "longdouble": 0.5,
+        "phase": "train",
+        "level": 3,
+        "dec": 0.25,
+        "frac": 0.25,
+        "f16": 0.5,
+        "bf16": 0.5,
+        "u8": 7,
+        "i64max": 2**63 - 1,
+    }
 
 
 def test_a_dict_changed_by_another_thread_is_written_as_one_snapshot(tmp_path: Path) -> None:
@@ -157,7 +201,9 @@ def test_strict_json_writes_null(tmp_path: Path) -> None:
         ({"b": b"bytes"}, "b"),
     ],
 )
-def test_bad_values_raise_type_error_naming_the_key_and_write_nothing(tmp_path: Path, bad: dict, key: str) -> None:
+def test_bad_values_raise_type_error_naming_the_key_and_write_nothing(
+    tmp_path: Path, bad: dict, key: str
+) -> None:
     with RunLogger(tmp_path, code_diff=False) as logger:
         logger.log_metrics(0, {"a": 1})
         with pytest.raises(TypeError, match=repr(key)):
@@ -223,7 +269,9 @@ def test_any_dict_of_allowed_values_round_trips(metrics: dict, step: int) -> Non
     assert back["step"] == step
     for k, v in metrics.items():
         assert same(back[k], v), (k, v, back[k])
-    assert decode_json(line) == json.loads(line) or any(isinstance(v, float) and math.isnan(v) for v in metrics.values())
+    assert decode_json(line) == json.loads(line) or any(
+        isinstance(v, float) and math.isnan(v) for v in metrics.values()
+    )
 
 
 bad_values = st.one_of(
@@ -240,7 +288,9 @@ bad_values = st.one_of(
 
 @settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
 @given(good=st.dictionaries(keys, scalars, max_size=5), bad_key=keys, bad=bad_values)
-def test_anything_else_raises_type_error_and_leaves_the_file_unchanged(tmp_path: Path, good: dict, bad_key: str, bad: object) -> None:
+def test_anything_else_raises_type_error_and_leaves_the_file_unchanged(
+    tmp_path: Path, good: dict, bad_key: str, bad: object
+) -> None:
     path = tmp_path / "metrics.jsonl"
     with RunLogger(tmp_path, code_diff=False) as logger:
         before = path.read_bytes() if path.exists() else b""

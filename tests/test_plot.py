@@ -27,7 +27,9 @@ def _svg_lines(path) -> dict[str, list[list[tuple[float, float]]]]:
         gid = g.get("id", "")
         if gid.startswith("rllog-line-"):
             d = g.find(f"{SVG}path").get("d")
-            subpaths = [re.findall(r"(-?[\d.]+) (-?[\d.]+)", part) for part in re.split(r"(?=M)", d) if part.strip()]
+            subpaths = [
+                re.findall(r"(-?[\d.]+) (-?[\d.]+)", part) for part in re.split(r"(?=M)", d) if part.strip()
+            ]
             out[gid] = [[(float(a), float(b)) for a, b in sp] for sp in subpaths]
     return out
 
@@ -44,11 +46,18 @@ def test_svg_points_match_the_metrics_of_two_runs(tmp_path):
     a, b = write_run(tmp_path / "a", rows_a), write_run(tmp_path / "b", rows_b)
     out = tmp_path / "p.svg"
     lines = plot_runs([a, b], ["env/all/reward/total", "optim/entropy"], out)
-    assert [(l.run, l.key) for l in lines] == [("a", "env/all/reward/total"), ("b", "env/all/reward/total"), ("a", "optim/entropy"), ("b", "optim/entropy")]
+    assert [(l.run, l.key) for l in lines] == [
+        ("a", "env/all/reward/total"),
+        ("b", "env/all/reward/total"),
+        ("a", "optim/entropy"),
+        ("b", "optim/entropy"),
+    ]
     drawn = _svg_lines(out)
     assert set(drawn) == {l.gid for l in lines}
     for line, rows in zip(lines, [rows_a, rows_b, rows_a, rows_b]):
-        expect = pd.read_json(tmp_path / line.run / "metrics.jsonl", lines=True, precise_float=True)[line.key].to_numpy(dtype=float)
+        expect = pd.read_json(tmp_path / line.run / "metrics.jsonl", lines=True, precise_float=True)[
+            line.key
+        ].to_numpy(dtype=float)
         np.testing.assert_array_equal(line.y, expect)  # the data used is what was logged
         assert line.x_key == "progress/batch"
         pts = np.asarray([p for sub in drawn[line.gid] for p in sub])
@@ -61,7 +70,11 @@ def test_svg_points_match_the_metrics_of_two_runs(tmp_path):
 def test_png_is_valid_and_sized(tmp_path):
     run = write_run(tmp_path / "r", healthy_rows(20))
     out = tmp_path / "p.png"
-    CliRunner().invoke(main, ["plot", str(run), "-k", "reward", "-k", "kl", "-k", "entropy", "-o", str(out)], catch_exceptions=False)
+    CliRunner().invoke(
+        main,
+        ["plot", str(run), "-k", "reward", "-k", "kl", "-k", "entropy", "-o", str(out)],
+        catch_exceptions=False,
+    )
     data = out.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
     width, height = struct.unpack(">II", data[16:24])
@@ -100,7 +113,9 @@ def test_real_runs_overlaid(tmp_path):
         (tmp_path / name).mkdir()
         shutil.copyfile(src, tmp_path / name / "metrics.jsonl")
         runs.append(tmp_path / name)
-    lines = plot_runs(runs, ["env/all/reward/total", "test/env/all/reward/total"], tmp_path / "p.svg", smooth=5)
+    lines = plot_runs(
+        runs, ["env/all/reward/total", "test/env/all/reward/total"], tmp_path / "p.svg", smooth=5
+    )
     assert [len(l.y) for l in lines] == [29, 113, 3, 23]  # eval rows are sparse: only rows that have them
     drawn = _svg_lines(tmp_path / "p.svg")
     assert [sum(map(len, drawn[l.gid])) for l in lines] == [len(l.y) for l in lines]
@@ -109,8 +124,14 @@ def test_real_runs_overlaid(tmp_path):
 def test_string_valued_metric_is_reported_not_drawn_silently(tmp_path):
     rows = [{**r, "phase": "warmup" if r["step"] < 5 else "main"} for r in healthy_rows(10)]
     run = write_run(tmp_path / "run", rows)
-    res = CliRunner().invoke(main, ["plot", str(run), "-k", "phase", "-k", "reward", "-o", str(tmp_path / "p.svg")])
+    res = CliRunner().invoke(
+        main, ["plot", str(run), "-k", "phase", "-k", "reward", "-o", str(tmp_path / "p.svg")]
+    )
     assert res.exit_code == 0 and "warning: 'phase' has no numeric values in any run" in res.stderr
     assert (tmp_path / "p.svg").exists()
     res = CliRunner().invoke(main, ["plot", str(run), "-k", "phase", "-o", str(tmp_path / "q.svg")])
-    assert res.exit_code == 2 and "no run has numeric values for ['phase']" in res.stderr and not (tmp_path / "q.svg").exists()
+    assert (
+        res.exit_code == 2
+        and "no run has numeric values for ['phase']" in res.stderr
+        and not (tmp_path / "q.svg").exists()
+    )

@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rllog import RunLogger
-from rllog._format.rows import StepResolver
-from rllog.errors import RunFormatError
 from rllog._format.layout import parse_iteration_file
+from rllog._format.rows import StepResolver
 from rllog._read.run import MetricsTail, read_run
+from rllog.errors import RunFormatError
 from rllog.storage import LocalStorage, open_storage
 
 
@@ -53,7 +53,9 @@ def test_unterminated_but_whole_last_line_is_read(tmp_path):
 
 
 def test_damage_in_the_middle_is_skipped_with_its_line_number(tmp_path):
-    write_lines(tmp_path / "metrics.jsonl", '{"step":0,"a":1}', '{"step":1,"a"::}', "[1, 2]", "", '{"step":3,"a":NaN}')
+    write_lines(
+        tmp_path / "metrics.jsonl", '{"step":0,"a":1}', '{"step":1,"a"::}', "[1, 2]", "", '{"step":3,"a":NaN}'
+    )
     run = read_run(tmp_path)
     assert [r["step"] for r in run.rows] == [0, 3]
     assert any("metrics.jsonl line 2: not JSON" in w for w in run.warnings)
@@ -73,7 +75,13 @@ def test_eval_rows_with_the_same_step_merge_and_stay_apart(tmp_path):
     )
     run = read_run(tmp_path)
     assert [r["step"] for r in run.rows] == [0, 1, 2]
-    assert run.rows[1] == {"step": 1, "test/test/env/all/reward/total": 0.4, "env/all/reward/total": 0.2, "epoch": 0.2, "eval_loss": 0.9}
+    assert run.rows[1] == {
+        "step": 1,
+        "test/test/env/all/reward/total": 0.4,
+        "env/all/reward/total": 0.2,
+        "epoch": 0.2,
+        "eval_loss": 0.9,
+    }
     assert run.merged_rows == 3 and run.restarts == [] and run.superseded.empty
     assert run.eval_columns == ["test/test/env/all/reward/total", "eval_loss"]
     ev = run.eval_metrics
@@ -98,7 +106,13 @@ def test_restart_supersedes_the_abandoned_steps(tmp_path):
 
 
 def test_same_step_clash_is_a_restart(tmp_path):
-    write_lines(tmp_path / "metrics.jsonl", '{"step":0,"t":1.0}', '{"step":0,"t":2.0}', '{"step":0,"t":NaN}', '{"step":0,"t":NaN,"u":1}')
+    write_lines(
+        tmp_path / "metrics.jsonl",
+        '{"step":0,"t":1.0}',
+        '{"step":0,"t":2.0}',
+        '{"step":0,"t":NaN}',
+        '{"step":0,"t":NaN,"u":1}',
+    )
     run = read_run(tmp_path)
     assert len(run.rows) == 1 and math.isnan(run.rows[0]["t"]) and run.rows[0]["u"] == 1
     assert run.restarts == [(2, 0), (3, 0)]  # NaN repeated is not a clash: line 4 adds "u", merged
@@ -107,7 +121,11 @@ def test_same_step_clash_is_a_restart(tmp_path):
 
 def test_an_unchanged_replay_of_earlier_steps_is_a_restart(tmp_path):
     # a deterministic resume re-logs steps 1..2 unchanged, then diverges
-    rows = [{"step": s, "loss": float(s)} for s in range(4)] + [{"step": 1, "loss": 1.0}, {"step": 2, "loss": 2.0}, {"step": 3, "loss": 9.0}]
+    rows = [{"step": s, "loss": float(s)} for s in range(4)] + [
+        {"step": 1, "loss": 1.0},
+        {"step": 2, "loss": 2.0},
+        {"step": 3, "loss": 9.0},
+    ]
     write_lines(tmp_path / "metrics.jsonl", *map(json.dumps, rows))
     run = read_run(tmp_path)
     assert run.restarts == [(5, 1)] and run.superseded["_line"].tolist() == [2, 3, 4]
@@ -125,13 +143,17 @@ def test_late_eval_rows_merge_into_their_step(tmp_path):
     run = read_run(tmp_path)
     assert [r["step"] for r in run.rows] == list(range(20))
     assert run.train_metrics["train/loss"].tolist() == [1.0 / (i + 1) for i in range(20)]
-    assert run.eval_metrics["step"].tolist() == [0, 5, 10, 15] and run.eval_metrics["test/reward"].tolist() == [2.0, 7.0, 12.0, 17.0]
+    assert run.eval_metrics["step"].tolist() == [0, 5, 10, 15] and run.eval_metrics[
+        "test/reward"
+    ].tolist() == [2.0, 7.0, 12.0, 17.0]
     assert run.restarts == [] and run.superseded.empty and run.merged_rows == 4 and run.warnings == []
 
 
 def test_late_row_for_an_unlogged_step_is_inserted_in_order():
     resolver = StepResolver("step")
-    for line, row in enumerate([{"step": 0, "a": 1}, {"step": 10, "a": 2}, {"step": 5, "ev": 3}, {"step": 10, "a": 4}], 1):
+    for line, row in enumerate(
+        [{"step": 0, "a": 1}, {"step": 10, "a": 2}, {"step": 5, "ev": 3}, {"step": 10, "a": 4}], 1
+    ):
         resolver.add(line, row)
     # step 5 had no row: inserted; step 10 re-logged with a different "a": a restart from 10
     assert resolver.kept == [{"step": 0, "a": 1}, {"step": 5, "ev": 3}, {"step": 10, "a": 4}]
@@ -179,7 +201,9 @@ def test_resolved_rows_are_the_last_attempts_timeline(plan):
     assert resolver.kept == [expected[s] for s in sorted(expected)]
     lines = sorted([ln for ln, _ in resolver.standing_rows()] + [ln for ln, _ in resolver.superseded])
     assert lines == list(range(1, line + 1))  # every row stands or is superseded, once
-    assert len(resolver.restarts) == sum(1 for i, (_, start, _, _) in enumerate(plan) if i and start <= plan[i - 1][2])
+    assert len(resolver.restarts) == sum(
+        1 for i, (_, start, _, _) in enumerate(plan) if i and start <= plan[i - 1][2]
+    )
 
 
 # --- incremental reading ------------------------------------------------------------------------
@@ -239,7 +263,13 @@ def test_resume_by_the_writer_moves_rows_to_superseded(tmp_path):
         for s in range(3, 5):
             logger.log_metrics(s, {"reward": 10.0 + s})
     run = read_run(tmp_path)
-    assert [(r["step"], r["reward"]) for r in run.rows] == [(0, 0.0), (1, 1.0), (2, 2.0), (3, 13.0), (4, 14.0)]
+    assert [(r["step"], r["reward"]) for r in run.rows] == [
+        (0, 0.0),
+        (1, 1.0),
+        (2, 2.0),
+        (3, 13.0),
+        (4, 14.0),
+    ]
     sup = run.superseded
     assert sup["_source"].tolist() == ["metrics.superseded.jsonl"] * 3 and sup["step"].tolist() == [3, 4, 5]
     assert run.checkpoints == [{"name": "000002", "batch": 3}]
@@ -252,8 +282,13 @@ def test_memory_run_round_trip():
             logger.log_metrics(s, {"env/all/reward/total": s / 4, "entropy": math.nan if s == 2 else 1.0})
         logger.log_checkpoint("000003", batch=4, final=True)
     storage = open_storage(url)
-    storage.write("train_iteration_000003_rollout_summaries.jsonl", b'{"iteration":3,"total_reward":1.0,"steps":[]}\n')
-    storage.write("train_iteration_000003_logtree.json", b'{"title":"RL Iteration 3","root":{"tag":"body","attrs":{},"children":[]}}')
+    storage.write(
+        "train_iteration_000003_rollout_summaries.jsonl", b'{"iteration":3,"total_reward":1.0,"steps":[]}\n'
+    )
+    storage.write(
+        "train_iteration_000003_logtree.json",
+        b'{"title":"RL Iteration 3","root":{"tag":"body","attrs":{},"children":[]}}',
+    )
     storage.write("eval_test_iteration_000003.html", b"<html>eval</html>")
     storage.close()  # object-store writes are uploaded (visible to other handles) by flush/close
     run = read_run(url)
@@ -279,7 +314,12 @@ def test_iteration_file_names():
 
     assert parsed("train_iteration_000012.html") == ("train", None, 12, "html")
     assert parsed("iteration_000002.html") == ("train", None, 2, "html")  # old flat tinker-cookbook name
-    assert parsed("iteration_000007/eval_test_rollout_summaries.jsonl") == ("eval", "test", 7, "rollout_summaries")
+    assert parsed("iteration_000007/eval_test_rollout_summaries.jsonl") == (
+        "eval",
+        "test",
+        7,
+        "rollout_summaries",
+    )
     assert parsed("iteration_000007/train_logtree.json") == ("train", None, 7, "logtree")
     assert parsed("eval_my-eval_iteration_1234567.html") == ("eval", "my-eval", 1234567, "html")
     assert parsed("metrics.jsonl") is None
@@ -287,7 +327,9 @@ def test_iteration_file_names():
 
 
 def test_step_key_choice(tmp_path):
-    write_lines(tmp_path / "m.jsonl", '{"grad_step":0,"global_step":0,"x":1}', '{"grad_step":0,"global_step":1,"x":2}')
+    write_lines(
+        tmp_path / "m.jsonl", '{"grad_step":0,"global_step":0,"x":1}', '{"grad_step":0,"global_step":1,"x":2}'
+    )
     assert read_run(tmp_path / "m.jsonl").step_key == "global_step"
     run = read_run(tmp_path / "m.jsonl", step_key="grad_step")
     assert len(run.rows) == 1 and run.restarts == [(2, 0)]  # x contradicts at the same grad_step
@@ -333,4 +375,6 @@ def test_evaluator_display_name_as_logged(tmp_path):
     assert run.eval_display_name(safe[0]) == "my eval set 1"
     assert run.eval_display_name(run.iterations[1].eval_names[0]) == "other/set"
     assert run.eval_display_name("never-logged") == "never-logged"
-    assert run.artifact(0, "html", "my eval set 1").name == run.artifact(0, "html", safe[0]).name  # either name works
+    assert (
+        run.artifact(0, "html", "my eval set 1").name == run.artifact(0, "html", safe[0]).name
+    )  # either name works

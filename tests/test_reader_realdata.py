@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from rllog import read_run
 from rllog._read.summary import format_summary, summarize
 from rllog.importers import import_tensorboard, import_trl
-from rllog import read_run
 
 REALDATA = Path(__file__).resolve().parents[1].parent / "shared" / "realdata"
 pytestmark = pytest.mark.skipif(not REALDATA.is_dir(), reason=f"real data folder {REALDATA} is missing")
@@ -69,7 +69,11 @@ def test_every_trainer_state_reads_and_imports(path, tmp_path):
     check_summary(imported)
 
 
-@pytest.mark.parametrize("events_dir", sorted({p.parent for p in all_files("events.out.tfevents.*")}), ids=lambda p: p.parent.parent.name)
+@pytest.mark.parametrize(
+    "events_dir",
+    sorted({p.parent for p in all_files("events.out.tfevents.*")}),
+    ids=lambda p: p.parent.parent.name,
+)
 def test_every_tensorboard_dir_imports(events_dir, tmp_path):
     report = import_tensorboard(events_dir, tmp_path / "run")
     run = read_run(tmp_path / "run")
@@ -100,7 +104,11 @@ def test_row_counts_from_sources():
     }
     for path, rows in expected.items():
         assert read_run(path).rows_read == rows, path
-    trl = {"Rusheel86__Chaos-Economy": 40, "aaravarora01__agent-memory-redteam": 100, "gauri0508__med-record/training": 150}
+    trl = {
+        "Rusheel86__Chaos-Economy": 40,
+        "aaravarora01__agent-memory-redteam": 100,
+        "gauri0508__med-record/training": 150,
+    }
     for name, rows in trl.items():
         assert len(read_run(TRL / name / "trainer_state.json").rows) == rows
 
@@ -135,7 +143,9 @@ def test_trl_eval_rows_are_kept_apart(tmp_path):
     assert len(lines) == 168  # 160 train + 8 eval rows, as logged
     eval_lines = [json.loads(x) for x in lines if '"eval_' in x]
     assert [r["step"] for r in eval_lines] == list(range(20, 161, 20))
-    assert all("loss" not in r and "epoch" not in r for r in eval_lines)  # epoch equal to the train row's: dropped
+    assert all(
+        "loss" not in r and "epoch" not in r for r in eval_lines
+    )  # epoch equal to the train row's: dropped
     run = read_run(tmp_path / "run")
     assert len(run.rows) == 160 and run.merged_rows == 8
     ev, tr = run.eval_metrics, run.train_metrics
@@ -143,7 +153,10 @@ def test_trl_eval_rows_are_kept_apart(tmp_path):
     assert ev.loc[0, "eval_loss"] == pytest.approx(0.018174514174461365)
     assert tr.loc[tr.step == 20, "loss"].item() == pytest.approx(-0.0315)
     assert "eval_loss" not in tr.columns and "loss" not in ev.columns
-    assert run.config["best_model_checkpoint"] == "stage2_output/checkpoint-140" and run.config["max_steps"] == 480
+    assert (
+        run.config["best_model_checkpoint"] == "stage2_output/checkpoint-140"
+        and run.config["max_steps"] == 480
+    )
 
 
 def test_tensorboard_restart_later_file_wins_and_matches_trainer_state(tmp_path):
@@ -201,7 +214,10 @@ def test_string_metrics_and_final_rows():
     assert df["progress/mode"].dropna().unique().tolist() == ["reward_only"]
     assert df["progress/mode"].dtype != "float64"
     last = run.rows[-1]  # the trailing summary row: step 30, only final/* keys
-    assert set(last) == {"step", "final/accuracy", "final/parse_rate", "final/num_evaluated"} and last["step"] == 30
+    assert (
+        set(last) == {"step", "final/accuracy", "final/parse_rate", "final/num_evaluated"}
+        and last["step"] == 30
+    )
     assert run.config is not None and len(run.checkpoints) == 2
 
 

@@ -21,8 +21,14 @@ def tinker_runs() -> list[tuple[str, Path, Path | None, Path | None]]:
         prefix = metrics.name[: -len("metrics.jsonl")]
         ckpt = metrics.with_name(prefix + "checkpoints.jsonl")
         config = metrics.with_name(prefix + "config.json")
-        out.append((str(metrics.relative_to(REALDATA)), metrics, ckpt if ckpt.exists() else None,
-                    config if config.exists() else None))
+        out.append(
+            (
+                str(metrics.relative_to(REALDATA)),
+                metrics,
+                ckpt if ckpt.exists() else None,
+                config if config.exists() else None,
+            )
+        )
     return out
 
 
@@ -52,7 +58,9 @@ def test_resume_on_real_run(tmp_path: Path, case: tuple) -> None:
             assert logger.resume_state.batch == point
         else:
             assert logger.resume_state is None
-        kept_steps = [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_bytes().splitlines()]
+        kept_steps = [
+            json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_bytes().splitlines()
+        ]
         logger.log_metrics(point, {"resumed": True})
 
     keep = [line for line in lines if json.loads(line)["step"] < point]
@@ -76,7 +84,9 @@ def test_restarts_appended_in_one_file_resume_from_the_last_record(tmp_path: Pat
         shutil.copyfile(src / name, tmp_path / name)
     with RunLogger(tmp_path, resume=True, code_diff=False) as logger:
         assert logger.resume_state.name == "000001" and logger.resume_state.batch == 1
-        assert logger.resume_state.state_path is None and logger.resume_state.sampler_path.startswith("tinker://30d5e6ac")
+        assert logger.resume_state.state_path is None and logger.resume_state.sampler_path.startswith(
+            "tinker://30d5e6ac"
+        )
     lines = (src / "metrics.jsonl").read_bytes().splitlines(keepends=True)
     assert (tmp_path / "metrics.jsonl").read_bytes() == b"".join(lines[:4] + lines[5:])
     assert (tmp_path / "metrics.superseded.jsonl").read_bytes() == lines[4]
@@ -87,7 +97,11 @@ def test_sft_epoch_checkpoints_resume_by_epoch(tmp_path: Path) -> None:
     src = REALDATA / "tinker/bzz__tinker-cookbook/data/context_distillation/logs/exp1_off_policy"
     shutil.copyfile(src / "checkpoints.jsonl", tmp_path / "checkpoints.jsonl")
     with RunLogger(tmp_path, resume=True, code_diff=False) as logger:
-        assert (logger.resume_state.name, logger.resume_state.batch, logger.resume_state.epoch) == ("final", 0, 4)
+        assert (logger.resume_state.name, logger.resume_state.batch, logger.resume_state.epoch) == (
+            "final",
+            0,
+            4,
+        )
 
 
 def test_torn_copy_of_a_real_file_is_repaired(tmp_path: Path) -> None:

@@ -13,11 +13,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rllog import RunLogger
-from rllog.errors import RunFormatError
-from rllog import StepSummary, TrajectorySummary, build_rollout_summaries, read_rollouts, rollouts_dataframe
+from rllog import (
+    RunLogger,
+    StepSummary,
+    TrajectorySummary,
+    build_rollout_summaries,
+    read_rollouts,
+    rollouts_dataframe,
+)
 from rllog._read.rollouts import decode_rollout_summaries
 from rllog._write.rollouts import write_rollouts
+from rllog.errors import RunFormatError
 from rllog.storage import LocalStorage, open_storage
 
 TRAJ_KEYS = [
@@ -59,7 +65,12 @@ def assert_same_records(got: list[TrajectorySummary], want: list[TrajectorySumma
                 assert len(g.steps) == len(w.steps)
                 for gs, ws in zip(g.steps, w.steps):
                     for sf in StepSummary.__struct_fields__:
-                        assert same(getattr(gs, sf), getattr(ws, sf)), (f, sf, getattr(gs, sf), getattr(ws, sf))
+                        assert same(getattr(gs, sf), getattr(ws, sf)), (
+                            f,
+                            sf,
+                            getattr(gs, sf),
+                            getattr(ws, sf),
+                        )
             else:
                 assert same(getattr(g, f), getattr(w, f)), (f, getattr(g, f), getattr(w, f))
 
@@ -74,8 +85,14 @@ def sample_groups() -> list[list[dict[str, Any]]]:
         [
             {
                 "steps": [
-                    step(0.0, ob_len=41, ac_len=16, episode_done=False, metrics={"format": 1.0, "n": 3},
-                         logs={"answer": "42", "note": "héllo ✅ 🌟"}),
+                    step(
+                        0.0,
+                        ob_len=41,
+                        ac_len=16,
+                        episode_done=False,
+                        metrics={"format": 1.0, "n": 3},
+                        logs={"answer": "42", "note": "héllo ✅ 🌟"},
+                    ),
                     step(0.5, ob_len=60, ac_len=5, metrics={"format": 0.0}, logs={"bad": "x\ud800y", "n": 7}),
                 ],
                 "final_reward": 1.0,
@@ -86,7 +103,7 @@ def sample_groups() -> list[list[dict[str, Any]]]:
         ],
         [
             {"steps": [], "final_reward": -INF, "metrics": {"correct": 0.0}},
-            {"steps": [step(1.0, ob_len=9, ac_len=1, logs={"s": "<script>\"quoted\"\n"})]},
+            {"steps": [step(1.0, ob_len=9, ac_len=1, logs={"s": '<script>"quoted"\n'})]},
         ],
     ]
 
@@ -118,10 +135,17 @@ def test_file_has_exact_keys_and_values(storage):
     assert (first["group_idx"], first["traj_idx"]) == (0, 0)
     assert first["tags"] == ["arith"] and first["sampling_client_step"] == 9
     assert first["total_reward"] == 1.5 and first["final_reward"] == 1.0 and first["final_ob_len"] == 70
-    assert first["trajectory_metrics"]["correct"] == 1.0 and math.isnan(first["trajectory_metrics"]["nan_metric"])
+    assert first["trajectory_metrics"]["correct"] == 1.0 and math.isnan(
+        first["trajectory_metrics"]["nan_metric"]
+    )
     assert first["steps"][0] == {
-        "step_idx": 0, "ob_len": 41, "ac_len": 16, "reward": 0.0, "episode_done": False,
-        "metrics": {"format": 1.0, "n": 3}, "logs": {"answer": "42", "note": "héllo ✅ 🌟"},
+        "step_idx": 0,
+        "ob_len": 41,
+        "ac_len": 16,
+        "reward": 0.0,
+        "episode_done": False,
+        "metrics": {"format": 1.0, "n": 3},
+        "logs": {"answer": "42", "note": "héllo ✅ 🌟"},
     }
     assert first["steps"][1]["episode_done"] is True  # last step defaults to done
     assert first["steps"][1]["logs"] == {"bad": "x\ud800y", "n": 7}
@@ -147,7 +171,9 @@ def test_nan_tokens_by_default_null_with_strict_json(storage):
 
 
 def test_round_trip_field_by_field(storage):
-    records = write_rollouts(storage, 3, sample_groups(), tags=[["a"], ["b", "c"]], sampling_client_step=[1, None])
+    records = write_rollouts(
+        storage, 3, sample_groups(), tags=[["a"], ["b", "c"]], sampling_client_step=[1, None]
+    )
     back = list(read_rollouts(storage))
     assert_same_records(back, records)
     assert [r.tags for r in back] == [["a"], ["a"], ["b", "c"], ["b", "c"]]
@@ -157,7 +183,10 @@ def test_round_trip_field_by_field(storage):
 
 
 def test_round_trip_without_special_values_uses_fast_path(storage):
-    groups = [[{"steps": [step(float(i), ob_len=i, ac_len=2 * i, metrics={"m": i / 3}, logs={"t": "ü"})]}] for i in range(5)]
+    groups = [
+        [{"steps": [step(float(i), ob_len=i, ac_len=2 * i, metrics={"m": i / 3}, logs={"t": "ü"})]}]
+        for i in range(5)
+    ]
     records = write_rollouts(storage, 0, groups)
     data = storage.read("train_iteration_000000_rollout_summaries.jsonl")
     assert "ü".encode() in data  # UTF-8, not \u escapes
@@ -166,15 +195,36 @@ def test_round_trip_without_special_values_uses_fast_path(storage):
 
 def test_unknown_fields_from_newer_schema_are_ignored(storage):
     line = {
-        "schema_version": 2, "split": "train", "iteration": 4, "group_idx": 0, "traj_idx": 0, "tags": [],
-        "sampling_client_step": None, "total_reward": 1.0, "final_reward": 1.0, "trajectory_metrics": {},
-        "final_ob_len": 5, "new_top_level": {"x": [1, 2]},
-        "steps": [{"step_idx": 0, "ob_len": 1, "ac_len": 2, "reward": 0.0, "episode_done": True,
-                   "metrics": {}, "logs": {}, "new_step_field": "y"}],
+        "schema_version": 2,
+        "split": "train",
+        "iteration": 4,
+        "group_idx": 0,
+        "traj_idx": 0,
+        "tags": [],
+        "sampling_client_step": None,
+        "total_reward": 1.0,
+        "final_reward": 1.0,
+        "trajectory_metrics": {},
+        "final_ob_len": 5,
+        "new_top_level": {"x": [1, 2]},
+        "steps": [
+            {
+                "step_idx": 0,
+                "ob_len": 1,
+                "ac_len": 2,
+                "reward": 0.0,
+                "episode_done": True,
+                "metrics": {},
+                "logs": {},
+                "new_step_field": "y",
+            }
+        ],
     }
     nan_line = dict(line, traj_idx=1, total_reward=NAN)
-    storage.write("train_iteration_000004_rollout_summaries.jsonl",
-                  (json.dumps(line) + "\n" + json.dumps(nan_line) + "\n").encode())
+    storage.write(
+        "train_iteration_000004_rollout_summaries.jsonl",
+        (json.dumps(line) + "\n" + json.dumps(nan_line) + "\n").encode(),
+    )
     recs = list(read_rollouts(storage, 4))
     assert [r.schema_version for r in recs] == [2, 2]
     assert recs[0].final_ob_len == 5 and recs[0].steps[0].ac_len == 2
@@ -207,7 +257,10 @@ def test_eval_file_name_split_and_filters(storage):
     assert len(odd) == 1 and "/" not in odd[0]
     everything = [(r.split, r.iteration, r.total_reward) for r in read_rollouts(storage)]
     assert everything == [
-        ("train", 1, 0.0), ("train", 2, 1.0), ("eval/gsm8k", 2, 0.5), ("eval/Odd Name/..", 2, 0.25)
+        ("train", 1, 0.0),
+        ("train", 2, 1.0),
+        ("eval/gsm8k", 2, 0.5),
+        ("eval/Odd Name/..", 2, 0.25),
     ]
     assert [r.total_reward for r in read_rollouts(storage, split="train")] == [0.0, 1.0]
     assert [r.total_reward for r in read_rollouts(storage, split="eval")] == [0.5, 0.25]
@@ -223,7 +276,9 @@ def test_reads_tinker_cookbook_nested_layout(storage):
     data = storage.read("train_iteration_000003_rollout_summaries.jsonl")
     storage.remove("train_iteration_000003_rollout_summaries.jsonl")
     storage.write("iteration_000003/train_rollout_summaries.jsonl", data)
-    storage.write("iteration_000003/eval_test_rollout_summaries.jsonl", data.replace(b'"train"', b'"eval/test"'))
+    storage.write(
+        "iteration_000003/eval_test_rollout_summaries.jsonl", data.replace(b'"train"', b'"eval/test"')
+    )
     assert [(r.split, r.iteration) for r in read_rollouts(storage)] == [("train", 3), ("eval/test", 3)]
     assert [r.split for r in read_rollouts(storage, 3, eval_name="test")] == ["eval/test"]
 
@@ -299,8 +354,17 @@ class FakeGroup:
 def fake_groups() -> list[FakeGroup]:
     def traj(n_steps: int, r: float) -> FakeTrajectory:
         return FakeTrajectory(
-            [FakeTransition(FakeModelInput(list(range(10 + i))), FakeTokens([1] * (3 + i)), r, i == n_steps - 1,
-                            {"m": float(i)}, {"text": f"turn {i} ✅"}) for i in range(n_steps)],
+            [
+                FakeTransition(
+                    FakeModelInput(list(range(10 + i))),
+                    FakeTokens([1] * (3 + i)),
+                    r,
+                    i == n_steps - 1,
+                    {"m": float(i)},
+                    {"text": f"turn {i} ✅"},
+                )
+                for i in range(n_steps)
+            ],
             FakeModelInput(list(range(20))),
         )
 
@@ -314,7 +378,9 @@ def test_tinker_like_objects(storage):
     records = write_rollouts(storage, 1, fake_groups(), tags=[["x"], ["y"]], sampling_client_step=[3, 4])
     r0, r1, r2 = records
     assert (r0.group_idx, r0.traj_idx, r1.traj_idx, r2.group_idx) == (0, 0, 1, 1)
-    assert r0.total_reward == 0.25 * 2 + 1.0 and r0.final_reward == 1.0 and r0.trajectory_metrics == {"g": 1.0}
+    assert (
+        r0.total_reward == 0.25 * 2 + 1.0 and r0.final_reward == 1.0 and r0.trajectory_metrics == {"g": 1.0}
+    )
     assert [(s.ob_len, s.ac_len, s.episode_done) for s in r0.steps] == [(10, 3, False), (11, 4, True)]
     assert r0.final_ob_len == 20 and r0.steps[1].logs == {"text": "turn 1 ✅"}
     assert r2.total_reward == 0.5 * 3 + 0.5 and r2.tags == ["y"] and r2.sampling_client_step == 4
@@ -331,15 +397,30 @@ def test_matches_tinker_cookbook_serialize_rollout_summaries(storage):
 
     def traj(n: int, r: float) -> Trajectory:
         return Trajectory(
-            [Transition(tinker.ModelInput.from_ints(list(range(5 + i))), TokensWithLogprobs([7] * (2 + i), None),
-                        r, i == n - 1, {"m": i / 3, "k": i}, {"log": f"t{i} é"}) for i in range(n)],
+            [
+                Transition(
+                    tinker.ModelInput.from_ints(list(range(5 + i))),
+                    TokensWithLogprobs([7] * (2 + i), None),
+                    r,
+                    i == n - 1,
+                    {"m": i / 3, "k": i},
+                    {"log": f"t{i} é"},
+                )
+                for i in range(n)
+            ],
             tinker.ModelInput.from_ints(list(range(12))),
         )
 
-    groups = [TrajectoryGroup([traj(3, 0.1), traj(1, NAN)], [1.0, 0.0], [{"c": 1.0}, {"c": 0.0}]),
-              TrajectoryGroup([traj(2, 0.0)], [0.5], [{}])]
+    groups = [
+        TrajectoryGroup([traj(3, 0.1), traj(1, NAN)], [1.0, 0.0], [{"c": 1.0}, {"c": 0.0}]),
+        TrajectoryGroup([traj(2, 0.0)], [0.5], [{}]),
+    ]
     want = rollout_logging.serialize_rollout_summaries(
-        split="train", iteration=3, trajectory_groups_P=groups, taglist_P=[["a"], ["b"]], sampling_client_steps_P=[2, 2]
+        split="train",
+        iteration=3,
+        trajectory_groups_P=groups,
+        taglist_P=[["a"], ["b"]],
+        sampling_client_steps_P=[2, 2],
     )
     write_rollouts(storage, 3, groups, tags=[["a"], ["b"]], sampling_client_step=2)
     got = read_lines(storage, "train_iteration_000003_rollout_summaries.jsonl")
@@ -355,14 +436,25 @@ def test_matches_tinker_cookbook_serialize_rollout_summaries(storage):
 
 def test_numpy_and_torch_values_are_converted(storage):
     torch = pytest.importorskip("torch")
-    groups = [[{
-        "steps": [{"reward": torch.tensor(0.5), "ob_len": np.int64(4), "ac_len": torch.tensor(3),
-                   "episode_done": np.bool_(True), "metrics": {"a": np.float32(0.25), "b": torch.tensor([1.5])},
-                   "logs": {"arr": np.array([1, 2]), "f": np.float64(NAN)}}],
-        "final_reward": np.float64(1.0),
-        "trajectory_metrics": {"c": np.int32(2)},
-        "final_ob_len": np.uint16(7),
-    }]]
+    groups = [
+        [
+            {
+                "steps": [
+                    {
+                        "reward": torch.tensor(0.5),
+                        "ob_len": np.int64(4),
+                        "ac_len": torch.tensor(3),
+                        "episode_done": np.bool_(True),
+                        "metrics": {"a": np.float32(0.25), "b": torch.tensor([1.5])},
+                        "logs": {"arr": np.array([1, 2]), "f": np.float64(NAN)},
+                    }
+                ],
+                "final_reward": np.float64(1.0),
+                "trajectory_metrics": {"c": np.int32(2)},
+                "final_ob_len": np.uint16(7),
+            }
+        ]
+    ]
     records = write_rollouts(storage, 0, groups)
     row = read_lines(storage, "train_iteration_000000_rollout_summaries.jsonl")[0]
     assert row["total_reward"] == 1.5 and row["final_ob_len"] == 7 and row["trajectory_metrics"] == {"c": 2}
@@ -387,8 +479,14 @@ def test_values_the_quick_batch_check_lets_through_are_converted_or_refused(stor
 
 def test_ready_made_records_keep_their_indices(storage):
     recs = [
-        TrajectorySummary(split="train", iteration=2, group_idx=5, traj_idx=3, total_reward=1.0,
-                          steps=[StepSummary(step_idx=0, ob_len=1, ac_len=1, reward=1.0, episode_done=True)]),
+        TrajectorySummary(
+            split="train",
+            iteration=2,
+            group_idx=5,
+            traj_idx=3,
+            total_reward=1.0,
+            steps=[StepSummary(step_idx=0, ob_len=1, ac_len=1, reward=1.0, episode_done=True)],
+        ),
         {"group_idx": 6, "traj_idx": 0, "total_reward": 0.0, "steps": [{"reward": 0.0}]},
     ]
     write_rollouts(storage, 2, recs)
@@ -401,8 +499,18 @@ def test_ready_made_records_keep_their_indices(storage):
 @pytest.mark.parametrize(
     ("groups", "kwargs", "error", "match"),
     [
-        ([[{"steps": [{"reward": 1.0, "metrics": {"m": [1, 2]}}]}]], {}, TypeError, r"group 0, trajectory 0: step 0: metrics\['m'\]: expected a number"),
-        ([[{"steps": [{"reward": 1.0}]}, {"steps": [{"rewrd": 1.0}]}]], {}, ValueError, r"trajectory 1: step 0: unknown keys \['rewrd'\]"),
+        (
+            [[{"steps": [{"reward": 1.0, "metrics": {"m": [1, 2]}}]}]],
+            {},
+            TypeError,
+            r"group 0, trajectory 0: step 0: metrics\['m'\]: expected a number",
+        ),
+        (
+            [[{"steps": [{"reward": 1.0}]}, {"steps": [{"rewrd": 1.0}]}]],
+            {},
+            ValueError,
+            r"trajectory 1: step 0: unknown keys \['rewrd'\]",
+        ),
         ([[{"steps": [{"reward": "high"}]}]], {}, TypeError, "step 0: reward: expected a number"),
         ([[{"steps": [{"reward": 1.0, "ac_len": -1}]}]], {}, TypeError, "ac_len"),
         ([[{"stepz": []}]], {}, ValueError, "unknown keys"),
@@ -427,8 +535,18 @@ def test_dataframes_per_trajectory_and_per_step(storage):
     df = rollouts_dataframe(storage)
     assert len(df) == 5
     assert list(df.columns[:12]) == [
-        "split", "iteration", "group_idx", "traj_idx", "tags", "sampling_client_step", "total_reward",
-        "final_reward", "final_ob_len", "num_steps", "total_ob_tokens", "total_ac_tokens",
+        "split",
+        "iteration",
+        "group_idx",
+        "traj_idx",
+        "tags",
+        "sampling_client_step",
+        "total_reward",
+        "final_reward",
+        "final_ob_len",
+        "num_steps",
+        "total_ob_tokens",
+        "total_ac_tokens",
     ]
     assert df["num_steps"].tolist() == [2, 1, 0, 1, 1]
     assert df["total_ac_tokens"].tolist() == [21, 2, 0, 1, 4]
@@ -440,7 +558,12 @@ def test_dataframes_per_trajectory_and_per_step(storage):
     assert steps["reward"].iloc[:2].tolist() == [0.0, 0.5]
     assert steps["metrics/format"].iloc[:2].tolist() == [1.0, 0.0]
     assert steps["logs/answer"].iloc[0] == "42"
-    assert steps[["group_idx", "traj_idx", "step_idx"]].values.tolist() == [[0, 0, 0], [0, 0, 1], [0, 1, 0], [1, 1, 0]]
+    assert steps[["group_idx", "traj_idx", "step_idx"]].values.tolist() == [
+        [0, 0, 0],
+        [0, 0, 1],
+        [0, 1, 0],
+        [1, 1, 0],
+    ]
     from_records = rollouts_dataframe(list(read_rollouts(storage, split="eval")), per="step")
     assert from_records["ac_len"].tolist() == [4]
     with pytest.raises(ValueError, match="per"):
@@ -455,11 +578,14 @@ def test_run_logger_writes_and_non_writer_rank_does_not(tmp_path):
         logger.log_rollouts(0, sample_groups(), tags=["t"])
         logger.log_rollouts(0, [[{"steps": [step(1.0)]}]], eval_name="test")
     assert sorted(p for p in os.listdir(tmp_path / "run") if "rollout" in p) == [
-        "eval_test_iteration_000000_rollout_summaries.jsonl", "train_iteration_000000_rollout_summaries.jsonl"
+        "eval_test_iteration_000000_rollout_summaries.jsonl",
+        "train_iteration_000000_rollout_summaries.jsonl",
     ]
     with RunLogger(tmp_path / "rank1", rank=1, code_diff=False) as logger:
         logger.log_rollouts(0, sample_groups())
-    assert not (tmp_path / "rank1").exists() or not any("rollout" in p for p in os.listdir(tmp_path / "rank1"))
+    assert not (tmp_path / "rank1").exists() or not any(
+        "rollout" in p for p in os.listdir(tmp_path / "rank1")
+    )
 
 
 def test_run_logger_strict_json(tmp_path):
@@ -496,7 +622,9 @@ def test_run_logger_backend_failure_warns_retries_and_rescues(tmp_path):
         logger.close()
     rescued = next(w for w in logger.warnings if "saved to" in w).rsplit(" ", 1)[-1]
     assert os.listdir(rescued) == ["train_iteration_000003_rollout_summaries.jsonl"]
-    assert [r.total_reward for r in read_rollouts(rescued + "/train_iteration_000003_rollout_summaries.jsonl")] == [4.0]
+    assert [
+        r.total_reward for r in read_rollouts(rescued + "/train_iteration_000003_rollout_summaries.jsonl")
+    ] == [4.0]
 
 
 # ---------------------------------------------------------------------------- demo
@@ -505,11 +633,16 @@ def test_run_logger_backend_failure_warns_retries_and_rescues(tmp_path):
 def test_demo_writes_train_and_eval_rollouts(tmp_path):
     from rllog._demo import DemoConfig, run_demo
 
-    run_demo(DemoConfig(log_path=str(tmp_path), n_batches=3, eval_every=2, groups_per_batch=4, group_size=4), quiet=True)
+    run_demo(
+        DemoConfig(log_path=str(tmp_path), n_batches=3, eval_every=2, groups_per_batch=4, group_size=4),
+        quiet=True,
+    )
     names = [n for n in os.listdir(tmp_path) if n.endswith("_rollout_summaries.jsonl")]
     assert sorted(names) == [
-        "eval_test_iteration_000000_rollout_summaries.jsonl", "eval_test_iteration_000002_rollout_summaries.jsonl",
-        "train_iteration_000000_rollout_summaries.jsonl", "train_iteration_000001_rollout_summaries.jsonl",
+        "eval_test_iteration_000000_rollout_summaries.jsonl",
+        "eval_test_iteration_000002_rollout_summaries.jsonl",
+        "train_iteration_000000_rollout_summaries.jsonl",
+        "train_iteration_000001_rollout_summaries.jsonl",
         "train_iteration_000002_rollout_summaries.jsonl",
     ]
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]

@@ -13,9 +13,13 @@ def batch() -> tuple[list, list[list[str]]]:
     """Three groups; rewards and token counts chosen so every number below is easy to check by hand."""
     groups = [
         [  # "math": totals 1.0, 1.0 -> all good
-            {"steps": [{"reward": 0.0, "ac_len": 10, "ob_len": 100, "metrics": {"format": 1.0}},
-                       {"reward": 1.0, "ac_len": 20, "ob_len": 120, "metrics": {"format": 1.0, "correct": 1.0}}],
-             "trajectory_metrics": {"len": 2}},
+            {
+                "steps": [
+                    {"reward": 0.0, "ac_len": 10, "ob_len": 100, "metrics": {"format": 1.0}},
+                    {"reward": 1.0, "ac_len": 20, "ob_len": 120, "metrics": {"format": 1.0, "correct": 1.0}},
+                ],
+                "trajectory_metrics": {"len": 2},
+            },
             {"steps": [{"reward": 1.0, "ac_len": 30, "ob_len": 100, "metrics": {"format": 0.0}}]},
         ],
         [  # "math": totals 0.0, 0.5 -> mixed
@@ -102,10 +106,17 @@ def test_tags_on_every_group_give_only_all_keys():
 
 def test_empty_batch_and_nan_rewards():
     assert summarize_rollouts([]) == {
-        "env/all/ac_tokens_per_turn": 0.0, "env/all/ob_tokens_per_turn": 0.0, "env/all/turns_per_episode": 0.0,
-        "env/all/total_episodes": 0, "env/all/total_turns": 0, "env/all/total_ac_tokens": 0,
-        "env/all/total_ob_tokens": 0, "env/all/reward/total": 0.0, "env/all/by_group/frac_mixed": 0.0,
-        "env/all/by_group/frac_all_good": 0.0, "env/all/by_group/frac_all_bad": 0.0,
+        "env/all/ac_tokens_per_turn": 0.0,
+        "env/all/ob_tokens_per_turn": 0.0,
+        "env/all/turns_per_episode": 0.0,
+        "env/all/total_episodes": 0,
+        "env/all/total_turns": 0,
+        "env/all/total_ac_tokens": 0,
+        "env/all/total_ob_tokens": 0,
+        "env/all/reward/total": 0.0,
+        "env/all/by_group/frac_mixed": 0.0,
+        "env/all/by_group/frac_all_good": 0.0,
+        "env/all/by_group/frac_all_bad": 0.0,
     }
     got = summarize_rollouts([[{"steps": [{"reward": math.nan}]}, {"steps": [{"reward": math.nan}]}]])
     assert math.isnan(got["env/all/reward/total"])
@@ -129,12 +140,22 @@ def test_matches_tinker_cookbook_compute_trajectory_metrics():
     def to_tinker(group: list) -> TrajectoryGroup:
         trajs = []
         for t in group:
-            steps = [Transition(tinker.ModelInput.from_ints([0] * s.get("ob_len", 0)),
-                                TokensWithLogprobs([1] * s.get("ac_len", 0), None), s["reward"], True,
-                                s.get("metrics", {})) for s in t["steps"]]
+            steps = [
+                Transition(
+                    tinker.ModelInput.from_ints([0] * s.get("ob_len", 0)),
+                    TokensWithLogprobs([1] * s.get("ac_len", 0), None),
+                    s["reward"],
+                    True,
+                    s.get("metrics", {}),
+                )
+                for s in t["steps"]
+            ]
             trajs.append(Trajectory(steps, tinker.ModelInput.from_ints([])))
-        return TrajectoryGroup(trajs, [t.get("final_reward", 0.0) for t in group],
-                               [t.get("trajectory_metrics", {}) for t in group])
+        return TrajectoryGroup(
+            trajs,
+            [t.get("final_reward", 0.0) for t in group],
+            [t.get("trajectory_metrics", {}) for t in group],
+        )
 
     groups, tags = batch()
     tinker_groups = [to_tinker(g) for g in groups]

@@ -16,7 +16,9 @@ from rllog._write.rollouts import build_rollout_summaries, encode_rollouts
 # every code point, lone surrogates included
 text = st.text(st.characters(blacklist_categories=()), max_size=12)
 floats = st.floats(allow_nan=True, allow_infinity=True)
-scalars = st.one_of(floats, st.integers(-(2**63), 2**63 - 1), st.booleans(), st.none(), text)  # ints past int64 are rejected
+scalars = st.one_of(
+    floats, st.integers(-(2**63), 2**63 - 1), st.booleans(), st.none(), text
+)  # ints past int64 are rejected
 values = st.dictionaries(text, scalars, max_size=4)
 steps = st.lists(
     st.fixed_dictionaries(

@@ -59,8 +59,12 @@ class TrainConfig:
 
 
 def test_chz_config_written_readably_and_rebuilt(tmp_path: Path) -> None:
-    cfg = TrainConfig(model_name="Qwen/Qwen3-4B", optim=Optim(learning_rate=3e-5, loss_fn=Loss.IMPORTANCE_SAMPLING),
-                      tags=("a", "b"), hf_token="hf_xyz")
+    cfg = TrainConfig(
+        model_name="Qwen/Qwen3-4B",
+        optim=Optim(learning_rate=3e-5, loss_fn=Loss.IMPORTANCE_SAMPLING),
+        tags=("a", "b"),
+        hf_token="hf_xyz",
+    )
     with RunLogger(tmp_path, config=cfg, code_diff=False):
         pass
     text = (tmp_path / "config.json").read_text()
@@ -115,8 +119,11 @@ def test_load_config_says_what_the_class_has_no_field_for(tmp_path: Path) -> Non
 
 
 def test_secrets_in_urls_and_under_secret_names_cycles_are_marked() -> None:
-    config: dict = {"db_url": "postgres://admin:s3cret@db:5432/x", "credentials": {"user": "u", "pass": "p", "n": 3},
-                    "mirror": "https://host/x"}
+    config: dict = {
+        "db_url": "postgres://admin:s3cret@db:5432/x",
+        "credentials": {"user": "u", "pass": "p", "n": 3},
+        "mirror": "https://host/x",
+    }
     config["self"] = config
     out = config_to_dict(config)
     assert out["db_url"] == f"postgres://admin:{REDACTED}@db:5432/x" and out["mirror"] == "https://host/x"
@@ -126,8 +133,12 @@ def test_secrets_in_urls_and_under_secret_names_cycles_are_marked() -> None:
 
 def test_nested_and_polymorphic_chz_configs_are_rebuilt(tmp_path: Path) -> None:
     cfg = NestedConfig(
-        evaluators=[Evaluator(name="a"), MathEvaluator(name="b", digits=3)], by_name={"x": Evaluator(every=5)},
-        default=MathEvaluator(), anything=Evaluator(name="any"), stop="None", pair=(2, "b"),
+        evaluators=[Evaluator(name="a"), MathEvaluator(name="b", digits=3)],
+        by_name={"x": Evaluator(every=5)},
+        default=MathEvaluator(),
+        anything=Evaluator(name="any"),
+        stop="None",
+        pair=(2, "b"),
     )
     with RunLogger(tmp_path, config=cfg, code_diff=False):
         pass
@@ -157,7 +168,9 @@ def test_other_config_kinds_never_raise_on_odd_values() -> None:
         openai_api_key: str = "sk-x"
         num_tokens: int = 5
 
-    got = config_to_dict(DC(lr=0.5, fn=reward_fn, cls=Optim, path=Path("/x"), password="p", nested={"s": {1, 2}, "b": b"\x00"}))
+    got = config_to_dict(
+        DC(lr=0.5, fn=reward_fn, cls=Optim, path=Path("/x"), password="p", nested={"s": {1, 2}, "b": b"\x00"})
+    )
     assert got == {
         "lr": 0.5,
         "fn": f"{reward_fn.__module__}:reward_fn",
@@ -168,7 +181,13 @@ def test_other_config_kinds_never_raise_on_odd_values() -> None:
     }
     assert config_to_dict(PM()) == {"lr": 0.1, "openai_api_key": REDACTED, "num_tokens": 5}
     ns = argparse.Namespace(lr=1.0, token="abc", max_tokens=10, fn=len, loss=Loss.PPO)
-    assert config_to_dict(ns) == {"lr": 1.0, "token": REDACTED, "max_tokens": 10, "fn": "builtins:len", "loss": "PPO"}
+    assert config_to_dict(ns) == {
+        "lr": 1.0,
+        "token": REDACTED,
+        "max_tokens": 10,
+        "fn": "builtins:len",
+        "loss": "PPO",
+    }
     assert config_to_dict({"a": float("nan"), "lam": lambda x: x})["lam"].endswith("<lambda>")
     with pytest.raises(rllog.ConfigError, match="got list"):
         config_to_dict([1, 2])
@@ -203,10 +222,20 @@ def test_config_never_leaks_secrets_and_never_raises() -> None:
         cur["a"] = {}
         cur = cur["a"]
     config = {
-        "client": types.SimpleNamespace(api_key=secret, timeout=30), "headers": {"Authorization": f"Bearer {secret}"},
-        "api_keys": [secret], "wandb_key": secret, "note": f"call with token={secret}", "free": f"key {secret} here",
-        "settings": Settings(), "broken": Broken(), "hostile": Hostile(), "weights": np.zeros((3000, 3000), np.float32),
-        "small": np.arange(3), "stop_tokens": ["</s>"], "max_tokens": 512, "deep": deep,
+        "client": types.SimpleNamespace(api_key=secret, timeout=30),
+        "headers": {"Authorization": f"Bearer {secret}"},
+        "api_keys": [secret],
+        "wandb_key": secret,
+        "note": f"call with token={secret}",
+        "free": f"key {secret} here",
+        "settings": Settings(),
+        "broken": Broken(),
+        "hostile": Hostile(),
+        "weights": np.zeros((3000, 3000), np.float32),
+        "small": np.arange(3),
+        "stop_tokens": ["</s>"],
+        "max_tokens": 512,
+        "deep": deep,
     }
     out = config_to_dict(config)
     assert secret not in json.dumps(out) and "SECRET" not in json.dumps(out)
@@ -238,8 +267,14 @@ def test_changed_config_keeps_the_old_file(tmp_path: Path) -> None:
 def run_script(script: str, cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     path = cwd / "train.py"
     path.write_text(textwrap.dedent(script))
-    return subprocess.run([sys.executable, str(path), *args], cwd=cwd, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
+    return subprocess.run(
+        [sys.executable, str(path), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+    )
 
 
 def test_code_diff_has_commit_diff_and_untracked_files(tmp_path: Path) -> None:
@@ -255,13 +290,18 @@ def test_code_diff_has_commit_diff_and_untracked_files(tmp_path: Path) -> None:
     (repo / "staged.py").write_text("y = 1\n")
     git("add", "staged.py")
     (repo / "scratch.txt").write_text("notes\n")  # untracked
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True
+    ).stdout.strip()
     run = tmp_path / "run"
-    out = run_script(f"""
+    out = run_script(
+        f"""
         from rllog import RunLogger
         with RunLogger({str(run)!r}) as logger:
             logger.log_metrics(0, {{"a": 1}})
-    """, repo)
+    """,
+        repo,
+    )
     assert out.returncode == 0, out.stderr
     diff = (run / "code.diff").read_text()
     assert f"# commit: {commit} (branch main)" in diff
@@ -271,13 +311,19 @@ def test_code_diff_has_commit_diff_and_untracked_files(tmp_path: Path) -> None:
 
 def test_code_diff_outside_git_says_so(tmp_path: Path) -> None:
     run = tmp_path / "run"
-    out = run_script(f"""
+    out = run_script(
+        f"""
         from rllog import RunLogger
         RunLogger({str(run)!r}).close()
-    """, tmp_path, env={"GIT_CEILING_DIRECTORIES": str(tmp_path.parent)})
+    """,
+        tmp_path,
+        env={"GIT_CEILING_DIRECTORIES": str(tmp_path.parent)},
+    )
     assert out.returncode == 0, out.stderr
     text = (run / "code.diff").read_text()
-    assert text.startswith(f"# rllog code.diff: {tmp_path} is not in a git repository; no code state recorded\n# host: ")
+    assert text.startswith(
+        f"# rllog code.diff: {tmp_path} is not in a git repository; no code state recorded\n# host: "
+    )
     assert f"# command: {sys.executable} {tmp_path / 'train.py'}\n" in text
     assert f"# working directory: {tmp_path}\n" in text and "\n# started: 20" in text
 
@@ -290,7 +336,9 @@ def test_code_diff_is_bounded(tmp_path: Path) -> None:
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
     (repo / "f.txt").write_text("a\n" * 10)
     subprocess.run(["git", "add", "."], cwd=repo, check=True)
-    subprocess.run(["git", "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "x"], cwd=repo, check=True)
+    subprocess.run(
+        ["git", "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "x"], cwd=repo, check=True
+    )
     (repo / "f.txt").write_text("b\n" * 100_000)
     data = code_diff(repo, max_bytes=10_000)
     assert 10_000 <= len(data) < 10_200 and b"# rllog: diff cut at 10000 bytes;" in data
@@ -301,8 +349,12 @@ def test_code_diff_keeps_bytes_cuts_at_lines_and_handles_unborn_and_detached_hea
 
     repo = tmp_path / "r"
     repo.mkdir()
-    git = lambda *a: subprocess.run(["git", "-c", "user.email=a@b", "-c", "user.name=a", *a], cwd=repo,  # noqa: E731
-                                    check=True, capture_output=True)
+    git = lambda *a: subprocess.run(
+        ["git", "-c", "user.email=a@b", "-c", "user.name=a", *a],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+    )
     git("init", "-q")
     (repo / "latin1.py").write_bytes(b"# caf\xe9\n")
     git("add", "latin1.py")
@@ -327,12 +379,28 @@ def test_checkpoint_records_and_loop_state_round_trip(tmp_path: Path) -> None:
         for i in range(7):
             logger.log_metrics(i, {"progress/batch": i})
             if i in (2, 5):
-                logger.log_checkpoint(f"{i + 1:06d}", batch=i + 1, state_path=f"tinker://x/{i + 1}",
-                                      sampler_path="s", epoch=0, lr=np.float64(1e-4), data_order=[3, 1, 2], extra={"k": "v"})
+                logger.log_checkpoint(
+                    f"{i + 1:06d}",
+                    batch=i + 1,
+                    state_path=f"tinker://x/{i + 1}",
+                    sampler_path="s",
+                    epoch=0,
+                    lr=np.float64(1e-4),
+                    data_order=[3, 1, 2],
+                    extra={"k": "v"},
+                )
         logger.log_checkpoint("final", batch=7, final=True)
     records = rows(tmp_path / "checkpoints.jsonl")
-    assert records[0] == {"name": "000003", "batch": 3, "epoch": 0, "state_path": "tinker://x/3", "sampler_path": "s",
-                          "lr": 1e-4, "data_order": [3, 1, 2], "extra": {"k": "v"}}
+    assert records[0] == {
+        "name": "000003",
+        "batch": 3,
+        "epoch": 0,
+        "state_path": "tinker://x/3",
+        "sampler_path": "s",
+        "lr": 1e-4,
+        "data_order": [3, 1, 2],
+        "extra": {"k": "v"},
+    }
     assert records[2] == {"name": "final", "batch": 7, "final": True}
     with RunLogger(tmp_path, resume=True, code_diff=False) as logger:
         state = logger.resume_state
@@ -348,12 +416,23 @@ def test_checkpoint_loop_state_with_nan_paths_arrays_and_odd_names(tmp_path: Pat
 
     with RunLogger(tmp_path, code_diff=False) as logger:
         logger.log_metrics(0, {"a": 1.0})
-        logger.log_checkpoint("a\udc80", batch=1, best=float("nan"), worst=float("-inf"), r=np.array([1.0, np.nan]),
-                              state_path=pathlib.Path("/ck/000001"), where=pathlib.Path("x"))
-    assert logger.warnings == [] and "a\\udc80" in (tmp_path / "index.html").read_text()  # shown, not a failure
+        logger.log_checkpoint(
+            "a\udc80",
+            batch=1,
+            best=float("nan"),
+            worst=float("-inf"),
+            r=np.array([1.0, np.nan]),
+            state_path=pathlib.Path("/ck/000001"),
+            where=pathlib.Path("x"),
+        )
+    assert (
+        logger.warnings == [] and "a\\udc80" in (tmp_path / "index.html").read_text()
+    )  # shown, not a failure
     line = (tmp_path / "checkpoints.jsonl").read_bytes()
-    assert line == (b'{"name":"a\\udc80","batch":1,"state_path":"/ck/000001","best":NaN,"worst":-Infinity,'
-                    b'"r":[1.0,NaN],"where":"x"}\n')
+    assert line == (
+        b'{"name":"a\\udc80","batch":1,"state_path":"/ck/000001","best":NaN,"worst":-Infinity,'
+        b'"r":[1.0,NaN],"where":"x"}\n'
+    )
     with RunLogger(tmp_path, resume=True, code_diff=False) as logger:
         state = logger.resume_state
     assert state.name == "a\udc80" and state.state_path == "/ck/000001"
@@ -379,8 +458,13 @@ def test_a_second_logger_never_rewrites_files_a_live_writer_appends_to(tmp_path:
     """
     path = tmp_path / "writer.py"
     path.write_text(textwrap.dedent(script))
-    proc = subprocess.Popen([sys.executable, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = subprocess.Popen(
+        [sys.executable, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert proc.stdout.readline().strip() == "ready" and proc.stdout.readline().strip() == "half"
     with open(tmp_path / "metrics.jsonl", "ab") as f:
         f.write(b'{"step":')  # a torn tail as if a writer were caught mid-row
@@ -460,7 +544,9 @@ def test_resume_finds_last_record_with_the_key(tmp_path: Path) -> None:
         (b'{"step":0}\n\xff\xfe', b'{"step":0}\n', b"\xff\xfe\n"),
     ],
 )
-def test_torn_last_line_is_moved_aside_and_new_rows_start_fresh(tmp_path: Path, content: bytes, kept: bytes, torn: bytes | None) -> None:
+def test_torn_last_line_is_moved_aside_and_new_rows_start_fresh(
+    tmp_path: Path, content: bytes, kept: bytes, torn: bytes | None
+) -> None:
     (tmp_path / "metrics.jsonl").write_bytes(content)
     (tmp_path / "checkpoints.jsonl").write_bytes(b'{"name": "a", "batch": 0}\n{"name": "b", "ba')
     with pytest.warns(RuntimeWarning, match="torn last line|no newline"):
@@ -468,7 +554,9 @@ def test_torn_last_line_is_moved_aside_and_new_rows_start_fresh(tmp_path: Path, 
             logger.log_metrics(7, {"a": 7})
             logger.log_checkpoint("c", batch=8)
     assert (tmp_path / "metrics.jsonl").read_bytes() == kept + b'{"step":7,"a":7}\n'
-    assert (tmp_path / "checkpoints.jsonl").read_bytes() == b'{"name": "a", "batch": 0}\n{"name":"c","batch":8}\n'
+    assert (
+        tmp_path / "checkpoints.jsonl"
+    ).read_bytes() == b'{"name": "a", "batch": 0}\n{"name":"c","batch":8}\n'
     assert (tmp_path / "checkpoints.jsonl.torn").read_bytes() == b'{"name": "b", "ba\n'
     if torn is None:
         assert not (tmp_path / "metrics.jsonl.torn").exists()
@@ -504,7 +592,9 @@ def test_writing_an_iteration_twice_warns_once(tmp_path: Path) -> None:
     with RunLogger(tmp_path, code_diff=False) as logger:
         logger.log_rollouts(0, groups)
         logger.log_rollouts(0, groups, eval_name="test")  # another split: fine
-        with pytest.warns(RuntimeWarning, match="iteration 0's rollout summaries file \\(train\\) was already written"):
+        with pytest.warns(
+            RuntimeWarning, match="iteration 0's rollout summaries file \\(train\\) was already written"
+        ):
             logger.log_rollouts(0, groups)
         with logger.iteration(1):
             pass
@@ -540,19 +630,22 @@ def test_full_disk_never_kills_the_loop_and_says_what_was_not_written(tmp_path: 
     With 40 rows the unwritten rest fits in a rescue file; with 100 it does not (the limit
     holds for every file), and the rows are printed to stderr instead.
     """
-    out = run_script(f"""
+    out = run_script(
+        f"""
         import resource, signal, warnings, json
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (2000, 2000))
         from rllog import RunLogger
         warnings.simplefilter("always")
         with warnings.catch_warnings(record=True) as caught:
-            with RunLogger({str(tmp_path / 'run')!r}, code_diff=False) as logger:
+            with RunLogger({str(tmp_path / "run")!r}, code_diff=False) as logger:
                 for i in range({n_rows}):
                     logger.log_metrics(i, {{"reward": i / 100, "pad": "x" * 30}})
                 logger.log_checkpoint("final", batch={n_rows})  # must not raise, must not be recorded
         print(json.dumps([str(w.message) for w in caught]))
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert out.returncode == 0, out.stderr
     msgs = json.loads(out.stdout.strip().splitlines()[-1])
     failures = [m for m in msgs if "could not write to" in m]
@@ -571,13 +664,17 @@ def test_full_disk_never_kills_the_loop_and_says_what_was_not_written(tmp_path: 
         recovered = rows(rescue)
         rescue.unlink()
     else:
-        assert any(f"{lost} metric row(s) could not be written" in m and "printed to stderr" in m for m in msgs)
+        assert any(
+            f"{lost} metric row(s) could not be written" in m and "printed to stderr" in m for m in msgs
+        )
         recovered = [json.loads(line) for line in out.stderr.splitlines() if line.startswith('{"step"')]
     assert [r["step"] for r in written + recovered] == list(range(n_rows))  # nothing lost, nothing twice
     # the checkpoint record would point past rows that were never written: held back, reported
     assert not (tmp_path / "run" / "checkpoints.jsonl").exists()
     assert any("held back" in m for m in msgs)
-    assert any(f'not written to {tmp_path / "run"}/checkpoints.jsonl' in m and '"name":"final"' in m for m in msgs)
+    assert any(
+        f"not written to {tmp_path / 'run'}/checkpoints.jsonl" in m and '"name":"final"' in m for m in msgs
+    )
 
 
 def test_open_storage_rejects_escaping_names(tmp_path: Path) -> None:

@@ -108,7 +108,11 @@ def test_exists_and_remove(store):
 
 
 def test_missing_files_raise_file_not_found_naming_the_url(store):
-    for call in (lambda: store.read("nope.txt"), lambda: store.size("nope.txt"), lambda: store.remove("nope.txt")):
+    for call in (
+        lambda: store.read("nope.txt"),
+        lambda: store.size("nope.txt"),
+        lambda: store.remove("nope.txt"),
+    ):
         with pytest.raises(FileNotFoundError, match="nope.txt"):
             call()
     with pytest.raises(FileNotFoundError):

@@ -62,8 +62,10 @@ def scalar(value: Any, where: str) -> Any:
     t = type(value)
     if t in _FAST_TYPES:
         if t is int and not _INT_MIN <= value <= _INT_MAX:
-            raise TypeError(f"{where}: int {value} is outside the signed 64-bit range JSON readers "
-                            "(pandas, msgspec) accept; log float(x) instead")
+            raise TypeError(
+                f"{where}: int {value} is outside the signed 64-bit range JSON readers "
+                "(pandas, msgspec) accept; log float(x) instead"
+            )
         return value
     np = sys.modules.get("numpy")
     if np is not None and isinstance(value, np.generic) and value.dtype.kind in "biuf":
@@ -85,8 +87,10 @@ def scalar(value: Any, where: str) -> Any:
     kind = getattr(getattr(value, "dtype", None), "kind", None)
     if kind in ("M", "m", "c", "O", "V"):
         what = {"M": "a datetime", "m": "a timedelta", "c": "a complex number"}.get(kind, "an object")
-        raise TypeError(f"{where}: expected a number, bool, str or None, got {what} ({t.__name__} of dtype "
-                        f"{value.dtype}); log a float (e.g. seconds) instead")
+        raise TypeError(
+            f"{where}: expected a number, bool, str or None, got {what} ({t.__name__} of dtype "
+            f"{value.dtype}); log a float (e.g. seconds) instead"
+        )
     mask = getattr(value, "mask", None)
     if mask is not None and getattr(value, "size", None) == 1 and bool(mask):
         return float("nan")  # a masked numpy value: no number
@@ -162,7 +166,9 @@ class MetricsEncoder:
             raise ValueError(f"step must be >= 0 and < 2**63, got {step}")
         if type(metrics) is not dict:
             if not isinstance(metrics, dict):
-                raise TypeError(f"metrics at step {step} must be a dict of str to scalars, got {type(metrics).__name__}")
+                raise TypeError(
+                    f"metrics at step {step} must be a dict of str to scalars, got {type(metrics).__name__}"
+                )
         metrics = dict(metrics)  # a snapshot: checks and encoding must see the same values
         values = metrics.values()
         types = set(map(type, values))
@@ -175,7 +181,9 @@ class MetricsEncoder:
             values = metrics.values()
             types = set(map(type, values))
         if "step" in metrics:
-            raise ValueError(f"metrics at step {step} has a key 'step'; the step is the first argument of log_metrics")
+            raise ValueError(
+                f"metrics at step {step} has a key 'step'; the step is the first argument of log_metrics"
+            )
         # Non-finite floats (msgspec would write null) and ints past 64 bits (JSON readers
         # reject them). For all-numeric rows a C-level sum, min and max tell (x - x is 0.0
         # only for finite x); other rows are scanned.
@@ -214,7 +222,10 @@ class MetricsEncoder:
 
     def _tokens(self, metrics: dict[str, Any]) -> dict[str, Any]:
         strict = self.strict_json
-        return {k: (_nonfinite_token(v, strict) if type(v) is float and v - v != 0 else v) for k, v in metrics.items()}
+        return {
+            k: (_nonfinite_token(v, strict) if type(v) is float and v - v != 0 else v)
+            for k, v in metrics.items()
+        }
 
     def _clean(self, step: int, metrics: dict[str, Any]) -> dict[str, Any]:
         out = {}
@@ -289,7 +300,7 @@ def to_jsonable(value: Any, where: str = "value", strict_json: bool = False, raw
     if isinstance(value, os.PathLike):
         return to_jsonable(os.fspath(value), where, strict_json, raw)
     tolist = getattr(value, "tolist", None)
-    if callable(tolist) and getattr(value, "ndim", 0):
+    if callable(tolist) and getattr(value, "ndim", False):
         return to_jsonable(tolist(), where, strict_json, raw)
     return to_jsonable(scalar(value, where), where, strict_json, raw)
 
@@ -297,7 +308,9 @@ def to_jsonable(value: Any, where: str = "value", strict_json: bool = False, raw
 _ENCODER = msgspec.json.Encoder()
 
 
-def encode_json(value: Any, *, where: str = "value", strict_json: bool = False, indent: int | None = None) -> bytes:
+def encode_json(
+    value: Any, *, where: str = "value", strict_json: bool = False, indent: int | None = None
+) -> bytes:
     """Encode a nested value to JSON bytes (no trailing newline), NaN kept as tokens.
 
     ``indent`` pretty-prints (used for config.json).

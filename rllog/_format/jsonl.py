@@ -86,7 +86,9 @@ def parse_lines(
             problems.append(f"{name} line {i}: not JSON ({exc}); line skipped: {line[:80]!r}")
             continue
         if type(obj) is not dict:
-            problems.append(f"{name} line {i}: expected a JSON object, got {type(obj).__name__}; line skipped")
+            problems.append(
+                f"{name} line {i}: expected a JSON object, got {type(obj).__name__}; line skipped"
+            )
             continue
         rows.append((i, obj))
     return rows, problems

@@ -96,7 +96,7 @@ class StepResolver:
         self.added += 1
         key = self.step_key
         step = row.get(key) if key is not None else None
-        if type(step) not in (int, float) or step != step:
+        if key is None or type(step) not in (int, float) or step != step:
             self.unstepped.append((line, row))
             return
         kept, sources = self.kept, self._sources

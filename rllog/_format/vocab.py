@@ -55,23 +55,66 @@ KEY_METRICS = (
 )  # fmt: skip
 
 #: per-iteration wall time, in seconds, first found wins.
-TIME_KEYS = ("time/total", "time/training_loop/total", "step_time", "time/step", "time/iteration", "train/step_time")
+TIME_KEYS = (
+    "time/total",
+    "time/training_loop/total",
+    "step_time",
+    "time/step",
+    "time/iteration",
+    "train/step_time",
+)
 
 
 #: metrics charted first when present (after stripping a leading ``train/``), in this order
 MAIN_METRICS = (
-    "env/all/reward/total", "reward", "objective/rlhf_reward", "objective/scores",
-    "test/env/all/reward/total", "test/test/env/all/reward/total", "eval_reward", "reward_std",
-    "objective/kl", "kl", "optim/kl_sample_train_v1", "optim/kl_sample_train_v2", "kl_sample_train_v1",
-    "kl_sample_train_v2", "policy/approxkl_avg", "teacher_kl",
-    "objective/entropy", "policy/entropy_avg", "entropy", "optim/entropy",
-    "val/ratio", "policy/clipfrac_avg", "clip_ratio", "clip_ratio/region_mean", "completions/clipped_ratio",
-    "loss/value_avg", "loss/policy_avg", "loss", "train_mean_nll", "train/loss",
-    "completions/mean_length", "env/all/ac_tokens_per_turn", "grad_norm", "optim/lr", "learning_rate", "time/total",
+    "env/all/reward/total",
+    "reward",
+    "objective/rlhf_reward",
+    "objective/scores",
+    "test/env/all/reward/total",
+    "test/test/env/all/reward/total",
+    "eval_reward",
+    "reward_std",
+    "objective/kl",
+    "kl",
+    "optim/kl_sample_train_v1",
+    "optim/kl_sample_train_v2",
+    "kl_sample_train_v1",
+    "kl_sample_train_v2",
+    "policy/approxkl_avg",
+    "teacher_kl",
+    "objective/entropy",
+    "policy/entropy_avg",
+    "entropy",
+    "optim/entropy",
+    "val/ratio",
+    "policy/clipfrac_avg",
+    "clip_ratio",
+    "clip_ratio/region_mean",
+    "completions/clipped_ratio",
+    "loss/value_avg",
+    "loss/policy_avg",
+    "loss",
+    "train_mean_nll",
+    "train/loss",
+    "completions/mean_length",
+    "env/all/ac_tokens_per_turn",
+    "grad_norm",
+    "optim/lr",
+    "learning_rate",
+    "time/total",
 )
 
 #: what ``RunLogger(console=True)`` prints of each row when present, in this order
-CONSOLE_KEYS = ("env/all/reward/total", "reward", "env/all/correct", "entropy", "kl_sample_train_v1", "kl", "loss")
+CONSOLE_KEYS = (
+    "env/all/reward/total",
+    "reward",
+    "env/all/correct",
+    "entropy",
+    "kl_sample_train_v1",
+    "kl",
+    "loss",
+)
 
 # The doctor's metric families: exact key names (after stripping a leading "train/").
 RATIO_KEYS = ("val/ratio",)
@@ -94,8 +137,42 @@ SAMPLE_KL_KEYS = (
     "kl_sample_train_v2",
 )
 VALUE_LOSS_KEYS = ("loss/value_avg", "critic/vf_loss", "critic_loss")  # TRL, verl, OpenRLHF
-ENTROPY_KEYS = ("objective/entropy", "policy/entropy_avg", "entropy", "optim/entropy", "actor/entropy", "policy_entropy")
+ENTROPY_KEYS = (
+    "objective/entropy",
+    "policy/entropy_avg",
+    "entropy",
+    "optim/entropy",
+    "actor/entropy",
+    "policy_entropy",
+)
 CLIPPED_KEYS = ("completions/clipped_ratio", "response_length/clip_ratio")  # TRL, verl
-REWARD_KEYS = ("objective/rlhf_reward", "objective/scores", "reward", "env/all/reward/total", "critic/score/mean")
-CORE_KEYS = set(RATIO_KEYS + CLIPFRAC_KEYS + APPROXKL_KEYS + TOKEN_KL_KEYS + SEQ_KL_KEYS + SAMPLE_KL_KEYS + VALUE_LOSS_KEYS + ENTROPY_KEYS + REWARD_KEYS)
-CORE_KEYS.update({"loss", "loss/policy_avg", "grad_norm", "optim/lr", "learning_rate", "actor/pg_loss", "policy_loss", "actor/grad_norm"})
+REWARD_KEYS = (
+    "objective/rlhf_reward",
+    "objective/scores",
+    "reward",
+    "env/all/reward/total",
+    "critic/score/mean",
+)
+CORE_KEYS = set(
+    RATIO_KEYS
+    + CLIPFRAC_KEYS
+    + APPROXKL_KEYS
+    + TOKEN_KL_KEYS
+    + SEQ_KL_KEYS
+    + SAMPLE_KL_KEYS
+    + VALUE_LOSS_KEYS
+    + ENTROPY_KEYS
+    + REWARD_KEYS
+)
+CORE_KEYS.update(
+    {
+        "loss",
+        "loss/policy_avg",
+        "grad_norm",
+        "optim/lr",
+        "learning_rate",
+        "actor/pg_loss",
+        "policy_loss",
+        "actor/grad_norm",
+    }
+)

@@ -7,7 +7,8 @@ from typing import Any, TypeVar
 
 from rllog._format.codec import decode_json
 from rllog._format.layout import CONFIG_FILE
-from rllog._format.records import REDACTED, TYPE_KEY as _TYPE_KEY
+from rllog._format.records import REDACTED
+from rllog._format.records import TYPE_KEY as _TYPE_KEY
 from rllog.errors import ConfigError
 from rllog.storage import open_for_reading
 
@@ -49,17 +50,23 @@ def load_config(log_path: Any, cls: type[T] | None = None, **storage_options: An
     try:
         config = chz.Blueprint(cls).apply(values).make()
     except Exception as exc:
-        raise ConfigError(f"could not rebuild {cls.__qualname__} from {storage.url}/config.json: {exc}") from exc
+        raise ConfigError(
+            f"could not rebuild {cls.__qualname__} from {storage.url}/config.json: {exc}"
+        ) from exc
     if dropped:
         warnings.warn(
             f"rllog: {storage.url}/config.json has values {cls.__qualname__} has no field for, left out "
-            f"(renamed fields keep their defaults): {', '.join(dropped)}", RuntimeWarning, stacklevel=2,
+            f"(renamed fields keep their defaults): {', '.join(dropped)}",
+            RuntimeWarning,
+            stacklevel=2,
         )
     redacted = sorted(k for k, v in values.items() if getattr(v, "value", v) == REDACTED)
     if redacted:
         warnings.warn(
             f"rllog: {', '.join(redacted)} came back as {REDACTED!r} (secrets are not written to config.json); "
-            "set them again, e.g. with chz.replace", RuntimeWarning, stacklevel=2,
+            "set them again, e.g. with chz.replace",
+            RuntimeWarning,
+            stacklevel=2,
         )
     return config
 
@@ -105,8 +112,13 @@ def _flatten_value(ftype: Any, value: Any, path: str, out: dict[str, Any], dropp
         item_type = args[0] if args and args[-1] is not Ellipsis or len(args) == 2 else Any
         if value and all(isinstance(v, dict) for v in value):
             for i, v in enumerate(value):
-                _flatten_value(args[i] if origin is tuple and len(args) > i and args[-1] is not Ellipsis else item_type,
-                               v, f"{path}.{i}", out, dropped)
+                _flatten_value(
+                    args[i] if origin is tuple and len(args) > i and args[-1] is not Ellipsis else item_type,
+                    v,
+                    f"{path}.{i}",
+                    out,
+                    dropped,
+                )
             return
         out[path] = tuple(value) if origin is tuple else value
         return

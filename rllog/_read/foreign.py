@@ -61,7 +61,9 @@ def _scalar(value: Any, where: str, notes: list[str]) -> Any:
     return value
 
 
-def trl_rows(state: dict[str, Any], where: str = "trainer_state.json") -> tuple[Rows, dict[str, Any], list[str]]:
+def trl_rows(
+    state: dict[str, Any], where: str = "trainer_state.json"
+) -> tuple[Rows, dict[str, Any], list[str]]:
     """``(rows, config, notes)`` from a parsed TRL trainer state (see the module docstring).
 
     ``rows`` is ``[(step, metrics), ...]`` in log order, without the ``step`` key.
@@ -81,7 +83,9 @@ def trl_rows(state: dict[str, Any], where: str = "trainer_state.json") -> tuple[
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             notes.append(f"{where}: log_history[{i}] has no int 'step' (got {step!r:.40}); skipped")
             continue
-        metrics = {k: _scalar(v, f"{where}: log_history[{i}][{k!r}]", notes) for k, v in entry.items() if k != "step"}
+        metrics = {
+            k: _scalar(v, f"{where}: log_history[{i}][{k!r}]", notes) for k, v in entry.items() if k != "step"
+        }
         is_eval = any(k.startswith("eval_") for k in metrics)
         seen = at_step.setdefault(step, {})
         for k in [k for k in metrics if k in seen]:
@@ -108,11 +112,15 @@ def _event_files(events_dir: Path) -> list[Path]:
     if events_dir.is_file():
         return [events_dir]
     if not events_dir.is_dir():
-        raise FileNotFoundError(f"no TensorBoard log at {events_dir}: expected a folder of events.out.tfevents.* files")
+        raise FileNotFoundError(
+            f"no TensorBoard log at {events_dir}: expected a folder of events.out.tfevents.* files"
+        )
     files = [p for p in events_dir.iterdir() if p.is_file() and TFEVENTS.match(p.name)]
     if not files:
-        raise FileNotFoundError(f"{events_dir} has no events.out.tfevents.* files (give the folder that holds them)")
-    return sorted(files, key=lambda p: (int(TFEVENTS.match(p.name)[1]), p.name))
+        raise FileNotFoundError(
+            f"{events_dir} has no events.out.tfevents.* files (give the folder that holds them)"
+        )
+    return sorted(files, key=lambda p: (int(TFEVENTS.match(p.name)[1]), p.name))  # type: ignore[index]  # every file matched above
 
 
 def tensorboard_rows(events_dir: str | os.PathLike[str]) -> tuple[Rows, dict[str, Any] | None, list[str]]:
@@ -132,7 +140,9 @@ def tensorboard_rows(events_dir: str | os.PathLike[str]) -> tuple[Rows, dict[str
         from tensorboard.backend.event_processing.event_file_loader import LegacyEventFileLoader
         from tensorboard.util.tensor_util import make_ndarray
     except ImportError as exc:
-        raise ImportError(f"importing TensorBoard logs needs the tensorboard package: pip install 'rllog[tensorboard]' ({exc})") from exc
+        raise ImportError(
+            f"importing TensorBoard logs needs the tensorboard package: pip install 'rllog[tensorboard]' ({exc})"
+        ) from exc
 
     rows: Rows = []
     config: dict[str, Any] | None = None
@@ -170,9 +180,13 @@ def tensorboard_rows(events_dir: str | os.PathLike[str]) -> tuple[Rows, dict[str
         span = f"steps {min(per_step)}..{max(per_step)}" if per_step else "no scalars"
         notes.append(f"{path.name}: {span}")
         if repeated:
-            notes.append(f"{path.name}: {repeated} (tag, step) values written twice ({differing} different); the later one kept")
+            notes.append(
+                f"{path.name}: {repeated} (tag, step) values written twice ({differing} different); the later one kept"
+            )
     if skipped:
-        notes.append("skipped non-scalar summaries: " + ", ".join(f"{t} ({n})" for t, n in sorted(skipped.items())))
+        notes.append(
+            "skipped non-scalar summaries: " + ", ".join(f"{t} ({n})" for t, n in sorted(skipped.items()))
+        )
     return rows, config, notes
 
 

@@ -73,7 +73,11 @@ def decode_rollout_summaries(data: bytes, where: str = "rollout summaries") -> l
             out.append(_decode_line(line))
         except (ValueError, msgspec.ValidationError) as e:
             if i == len(lines) - 1:
-                warnings.warn(f"{where}: dropped a torn last line ({len(line)} bytes): {e}", RuntimeWarning, stacklevel=3)
+                warnings.warn(
+                    f"{where}: dropped a torn last line ({len(line)} bytes): {e}",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
                 break
             raise RunFormatError(f"{where}, line {i + 1}: not a rollout summary record: {e}") from None
     return out
@@ -126,7 +130,11 @@ def read_rollouts(
         with open(source, "rb") as f:
             yield from decode_rollout_summaries(f.read(), os.fspath(source))
         return
-    if isinstance(source, (str, os.PathLike)) and "://" not in os.fspath(source) and not os.path.isdir(source):
+    if (
+        isinstance(source, (str, os.PathLike))
+        and "://" not in os.fspath(source)
+        and not os.path.isdir(source)
+    ):
         raise FileNotFoundError(f"no run folder or rollout summaries file at {os.fspath(source)!r}")
     storage = source if isinstance(source, Storage) else open_for_reading(source)
     try:
@@ -137,7 +145,9 @@ def read_rollouts(
             storage.close()
 
 
-def _records(source: Any, iteration: int | None, split: str | None, eval_name: str | None) -> Iterable[TrajectorySummary]:
+def _records(
+    source: Any, iteration: int | None, split: str | None, eval_name: str | None
+) -> Iterable[TrajectorySummary]:
     if isinstance(source, (list, tuple)):
         return source
     return read_rollouts(source, iteration, split=split, eval_name=eval_name)
@@ -193,7 +203,13 @@ def rollouts_dataframe(
             continue
         for s in r.steps:
             row = dict(head)
-            row.update(step_idx=s.step_idx, ob_len=s.ob_len, ac_len=s.ac_len, reward=s.reward, episode_done=s.episode_done)
+            row.update(
+                step_idx=s.step_idx,
+                ob_len=s.ob_len,
+                ac_len=s.ac_len,
+                reward=s.reward,
+                episode_done=s.episode_done,
+            )
             for k, v in s.metrics.items():
                 row[f"metrics/{k}"] = v
             for k, v in s.logs.items():

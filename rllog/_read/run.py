@@ -50,9 +50,6 @@ MetricsTail = JsonlTail
 """Incremental reader of a growing JSONL file; see :class:`rllog._format.jsonl.JsonlTail`."""
 
 
-
-
-
 @dataclass
 class Iteration:
     """The artifacts of one iteration, sorted by (split, evaluator, kind)."""
@@ -71,10 +68,6 @@ class Iteration:
     def eval_names(self) -> list[str]:
         """Evaluators with an artifact in this iteration, sorted."""
         return sorted({a.eval_name for a in self.artifacts if a.eval_name is not None})
-
-
-
-
 
 
 class Run:
@@ -106,6 +99,7 @@ class Run:
         self._requested_step_key = step_key
         self._trl_state = trl_state
         self._frames: dict[str, tuple[int, Any]] = {}
+        self.config: dict[str, Any] | None = None
         self._iterations: list[Iteration] | None = None
         self._display_names: dict[str, str] = {}
         self._load()
@@ -130,7 +124,9 @@ class Run:
                 self._notes.append(f"no {self.metrics_name} in {self.url}: the run has logged no metrics yet")
             torn = self.metrics_name + TORN_SUFFIX
             if self.storage.exists(torn):
-                self._notes.append(f"{torn}: torn rows (cut mid-write by a killed process) the writer moved aside")
+                self._notes.append(
+                    f"{torn}: torn rows (cut mid-write by a killed process) the writer moved aside"
+                )
             self.config = self._read_config()
             self._ckpt_tail = None
             self.checkpoints = []
@@ -166,7 +162,9 @@ class Run:
             self._notes.append(f"{name}: not JSON ({exc}); config not read")
             return None
         if not isinstance(config, dict):
-            self._notes.append(f"{name}: expected a JSON object, got {type(config).__name__}; config not read")
+            self._notes.append(
+                f"{name}: expected a JSON object, got {type(config).__name__}; config not read"
+            )
             return None
         return config
 
@@ -275,7 +273,10 @@ class Run:
     @property
     def superseded_rows(self) -> list[dict[str, Any]]:
         """:attr:`superseded` as dicts (``_source``, ``_line``, then the row as logged)."""
-        out = [{"_source": self.metrics_name, "_line": line, **row} for line, row in sorted(self._resolver.superseded, key=_line)]
+        out = [
+            {"_source": self.metrics_name, "_line": line, **row}
+            for line, row in sorted(self._resolver.superseded, key=_line)
+        ]
         aside = self._sibling(SUPERSEDED_FILE)
         return out + [{"_source": aside, "_line": line, **row} for line, row in self._moved_aside]
 
@@ -308,7 +309,10 @@ class Run:
                         found.setdefault(a.iteration, []).append(a)
             order = list(ARTIFACT_KINDS)
             self._iterations = [
-                Iteration(i, sorted(arts, key=lambda a: (a.split != "train", a.eval_name or "", order.index(a.kind))))
+                Iteration(
+                    i,
+                    sorted(arts, key=lambda a: (a.split != "train", a.eval_name or "", order.index(a.kind))),
+                )
                 for i, arts in sorted(found.items())
             ]
         return self._iterations
@@ -424,8 +428,12 @@ class Run:
                 f"the latest segment wins, {len(r.superseded)} superseded rows are in Run.superseded"
             )
         if r.unstepped:
-            what = f"no {self.step_key!r}" if self.step_key else f"none of the step keys {', '.join(STEP_KEYS)}"
-            out.append(f"{self.metrics_name}: {len(r.unstepped)} rows have {what}; kept at the end in file order")
+            what = (
+                f"no {self.step_key!r}" if self.step_key else f"none of the step keys {', '.join(STEP_KEYS)}"
+            )
+            out.append(
+                f"{self.metrics_name}: {len(r.unstepped)} rows have {what}; kept at the end in file order"
+            )
         return out
 
     def close(self) -> None:
@@ -465,7 +473,9 @@ def _split_url(url: str) -> tuple[str, str]:
     return head, tail
 
 
-def read_run(log_path: str | os.PathLike[str] | Storage, *, step_key: str | None = None, **storage_options: Any) -> Run:
+def read_run(
+    log_path: str | os.PathLike[str] | Storage, *, step_key: str | None = None, **storage_options: Any
+) -> Run:
     """Read a run.
 
     Args:
@@ -494,7 +504,9 @@ def read_run(log_path: str | os.PathLike[str] | Storage, *, step_key: str | None
         if path.is_dir():
             return Run(LocalStorage(path), METRICS_FILE, step_key=step_key)
         if not path.is_file():
-            raise FileNotFoundError(f"no run at {path}: expected a folder with metrics.jsonl, a .jsonl file or trainer_state.json")
+            raise FileNotFoundError(
+                f"no run at {path}: expected a folder with metrics.jsonl, a .jsonl file or trainer_state.json"
+            )
         storage: Storage = LocalStorage(path.parent)
         name = path.name
     else:
@@ -502,11 +514,15 @@ def read_run(log_path: str | os.PathLike[str] | Storage, *, step_key: str | None
         storage = open_for_reading(url, **storage_options)
         if "." not in name or storage.exists(METRICS_FILE) or not parent:
             if not storage.list():
-                raise FileNotFoundError(f"no run at {url}: no files there (expected a folder with metrics.jsonl, a .jsonl file or trainer_state.json)")
+                raise FileNotFoundError(
+                    f"no run at {url}: no files there (expected a folder with metrics.jsonl, a .jsonl file or trainer_state.json)"
+                )
             return Run(storage, METRICS_FILE, step_key=step_key)
         storage = open_for_reading(parent, **storage_options)
         if not storage.exists(name):
-            raise FileNotFoundError(f"no run at {url}: no such file or folder (expected a folder with metrics.jsonl, a .jsonl file or trainer_state.json)")
+            raise FileNotFoundError(
+                f"no run at {url}: no such file or folder (expected a folder with metrics.jsonl, a .jsonl file or trainer_state.json)"
+            )
     if name.endswith(".json"):
         try:
             state = decode_json(storage.read(name))

@@ -12,7 +12,15 @@ from typing import Any
 from rllog._format.vocab import EVAL_PREFIXES, KEY_METRICS, STEP_KEYS, TIME_KEYS
 from rllog._read.run import Run
 
-__all__ = ["columns", "key_metrics", "last_values", "metric_keys", "summarize", "format_summary", "format_diff"]
+__all__ = [
+    "columns",
+    "key_metrics",
+    "last_values",
+    "metric_keys",
+    "summarize",
+    "format_summary",
+    "format_diff",
+]
 
 _CONFIG_HINTS = (
     "model", "learning_rate", "lr", "batch", "group", "lora", "kl", "loss", "epoch", "max_steps",
@@ -39,7 +47,9 @@ def _is_number(v: Any) -> bool:
     return type(v) in (int, float)
 
 
-def key_metrics(rows: list[dict[str, Any]], cols: list[str], step_key: str | None, limit: int = 12) -> list[str]:
+def key_metrics(
+    rows: list[dict[str, Any]], cols: list[str], step_key: str | None, limit: int = 12
+) -> list[str]:
     """The :data:`KEY_METRICS` among ``cols``; if fewer than 4, topped up to ``limit`` with other
     numeric columns (train before eval; no step, ``time/`` or ``progress/`` columns)."""
     have = set(cols)
@@ -54,7 +64,9 @@ def key_metrics(rows: list[dict[str, Any]], cols: list[str], step_key: str | Non
     return out
 
 
-def last_values(rows: list[dict[str, Any]], keys: list[str], step_key: str | None) -> dict[str, tuple[Any, Any]]:
+def last_values(
+    rows: list[dict[str, Any]], keys: list[str], step_key: str | None
+) -> dict[str, tuple[Any, Any]]:
     """``{key: (value, step)}``: the last value of each key that is not null or NaN (a NaN
     is reported only when a key never had another value)."""
     found: dict[str, tuple[Any, Any]] = {}
@@ -71,7 +83,7 @@ def last_values(rows: list[dict[str, Any]], keys: list[str], step_key: str | Non
             found[k] = (v, row.get(step_key))
         if len(found) == len(wanted):
             break
-    return {k: found.get(k, nan_only.get(k)) for k in keys if k in found or k in nan_only}
+    return {k: found[k] if k in found else nan_only[k] for k in keys if k in found or k in nan_only}
 
 
 def _flatten(config: Any, prefix: str = "") -> dict[str, Any]:
@@ -129,12 +141,17 @@ def summarize(run: Run, keys: list[str] | None = None) -> dict[str, Any]:
         "last": its[-1].iteration if its else None,
         "artifacts": kinds,
     }
-    out["checkpoints"] = {"count": len(run.checkpoints), "last": run.checkpoints[-1] if run.checkpoints else None}
+    out["checkpoints"] = {
+        "count": len(run.checkpoints),
+        "last": run.checkpoints[-1] if run.checkpoints else None,
+    }
     if run.config is None:
         out["config"] = None
     else:
         flat = _flatten(run.config)
-        hinted = {k: v for k, v in flat.items() if any(h in k.rsplit(".", 1)[-1].lower() for h in _CONFIG_HINTS)}
+        hinted = {
+            k: v for k, v in flat.items() if any(h in k.rsplit(".", 1)[-1].lower() for h in _CONFIG_HINTS)
+        }
         shown = hinted if hinted else flat
         out["config"] = {"keys": len(flat), "highlights": dict(list(shown.items())[:12])}
     out["files"] = [{"name": n, "bytes": b} for n, b in run.files()]
@@ -149,7 +166,7 @@ def _fmt(v: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _size(n: int) -> str:
+def _size(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1024 or unit == "GB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -165,7 +182,9 @@ def format_summary(s: dict[str, Any], max_files: int = 12) -> str:
     if s["segments"] > 1 or s["superseded_rows"]:
         seg = f"; {s['segments']} segment(s), {s['superseded_rows']} superseded rows"
     merged = f", {s['merged_rows']} same-step rows merged" if s["merged_rows"] else ""
-    lines.append(f"metrics      {s['metrics_file']}: {s['rows_read']} rows read, {s['rows']} standing{span}{merged}{seg}")
+    lines.append(
+        f"metrics      {s['metrics_file']}: {s['rows_read']} rows read, {s['rows']} standing{span}{merged}{seg}"
+    )
     step_col = f"the {s['step_key']} column + " if s["columns"] > s["metrics"] else ""
     lines.append(f"columns      {step_col}{s['metrics']} metrics ({s['eval_columns']} eval)")
     if s["last"]:
@@ -223,7 +242,11 @@ def format_diff(a: Run, b: Run, keys: list[str] | None = None, max_lines: int | 
     lines = [f"A  {a.url}  ({a.metrics_name})", f"B  {b.url}  ({b.metrics_name})"]
     changed, only_a, only_b = _diff_configs(a.config, b.config)
     if a.config is None or b.config is None:
-        lines.append(f"config: {'A' if a.config is None else 'B'} has none" if (a.config or b.config) else "config: neither has one")
+        lines.append(
+            f"config: {'A' if a.config is None else 'B'} has none"
+            if (a.config or b.config)
+            else "config: neither has one"
+        )
     lines.append(f"config: {len(changed)} differ, {len(only_a)} only in A, {len(only_b)} only in B")
     width = max([len(k) for k, *_ in changed] + [len(k) for k in only_a + only_b] + [10])
     fa, fb = _flatten(a.config or {}), _flatten(b.config or {})

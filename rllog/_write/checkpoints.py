@@ -29,7 +29,9 @@ from rllog.storage import Storage
 __all__ = ["CheckpointCommitter", "checkpoint_record", "read_checkpoints"]
 
 
-def checkpoint_record(name: Any, batch: Any, fields: dict[str, Any], loop_state: dict[str, Any]) -> dict[str, Any]:
+def checkpoint_record(
+    name: Any, batch: Any, fields: dict[str, Any], loop_state: dict[str, Any]
+) -> dict[str, Any]:
     """The record :meth:`rllog.RunLogger.log_checkpoint` appends: ``name``, then the
     known fields that are not None (``batch, epoch, final, state_path, sampler_path``),
     then the loop's extra keys.
@@ -143,7 +145,9 @@ class CheckpointCommitter:
                 if not self._metrics.drain():
                     raise StorageError(f"{len(self._metrics.pending)} metric row(s) are not written yet")
                 if self._rollouts.unwritten and not self._rollouts.write():
-                    raise StorageError(f"{len(self._rollouts.unwritten)} rollout summary file(s) are not written yet")
+                    raise StorageError(
+                        f"{len(self._rollouts.unwritten)} rollout summary file(s) are not written yet"
+                    )
                 self._storage.flush(durable=True, timeout=timeout)
                 while self.pending:
                     self._storage.append(CHECKPOINTS_FILE, self.pending[0][1])

@@ -41,7 +41,9 @@ def script_dir() -> Path:
     ``rllog`` or ``torchrun`` in ``bin/``, a module in site-packages), then the working
     directory."""
     main = sys.modules.get("__main__")
-    path = getattr(main, "__file__", None) or (sys.argv[0] if sys.argv and sys.argv[0] not in ("", "-c") else None)
+    path = getattr(main, "__file__", None) or (
+        sys.argv[0] if sys.argv and sys.argv[0] not in ("", "-c") else None
+    )
     if path:
         p = Path(path).resolve()
         if p.exists() and not _in_python_install(p):
@@ -53,7 +55,13 @@ def _in_python_install(path: Path) -> bool:
     import site
     import sysconfig
 
-    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages(), site.getusersitepackages()}
+    roots = {
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        *site.getsitepackages(),
+        site.getusersitepackages(),
+    }
     roots.update(p for p in sysconfig.get_paths().values() if p)
     for root in roots:
         try:
@@ -68,16 +76,18 @@ _ENV = {"GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"}
 
 
 def _git(cwd: Path, *args: str) -> str:
-    out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, timeout=_TIMEOUT, check=True,
-                         env={**os.environ, **_ENV})
+    out = subprocess.run(
+        ["git", *args], cwd=cwd, capture_output=True, timeout=_TIMEOUT, check=True, env={**os.environ, **_ENV}
+    )
     return out.stdout.decode("utf-8", "surrogateescape")
 
 
 def _git_bytes(cwd: Path, limit: int, *args: str) -> tuple[bytes, int]:
     """Up to ``limit`` bytes of a git command's output, read as a stream (a huge diff is
     never held whole), and how many bytes there were in all."""
-    with subprocess.Popen(["git", *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                          env={**os.environ, **_ENV}) as proc:
+    with subprocess.Popen(
+        ["git", *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={**os.environ, **_ENV}
+    ) as proc:
         assert proc.stdout is not None
         kept = bytearray()
         total = 0
@@ -127,19 +137,29 @@ def code_diff(start: Path | None = None, max_bytes: int = 4 << 20) -> bytes:
     try:
         top = Path(_git(start, "rev-parse", "--show-toplevel").strip())
     except (subprocess.CalledProcessError, OSError, subprocess.TimeoutExpired):
-        return _context(f"# rllog code.diff: {start} is not in a git repository; no code state recorded\n".encode())
+        return _context(
+            f"# rllog code.diff: {start} is not in a git repository; no code state recorded\n".encode()
+        )
     lines = ["# rllog code.diff", f"# repository: {top}"]
     body, total = b"", 0
     try:
         try:
             commit = _git(top, "rev-parse", "--verify", "HEAD").strip()
         except subprocess.CalledProcessError:
-            lines.append("# commit: none (no commits yet); the diff shows the staged files against an empty tree")
-            body, total = _git_bytes(top, max_bytes, "diff", "--cached", "--no-color", "--no-ext-diff", "--binary")
+            lines.append(
+                "# commit: none (no commits yet); the diff shows the staged files against an empty tree"
+            )
+            body, total = _git_bytes(
+                top, max_bytes, "diff", "--cached", "--no-color", "--no-ext-diff", "--binary"
+            )
         else:
             branch = _git(top, "rev-parse", "--abbrev-ref", "HEAD").strip()
-            lines.append(f"# commit: {commit} ({'detached HEAD' if branch == 'HEAD' else 'branch ' + branch})")
-            body, total = _git_bytes(top, max_bytes, "diff", "HEAD", "--no-color", "--no-ext-diff", "--binary")
+            lines.append(
+                f"# commit: {commit} ({'detached HEAD' if branch == 'HEAD' else 'branch ' + branch})"
+            )
+            body, total = _git_bytes(
+                top, max_bytes, "diff", "HEAD", "--no-color", "--no-ext-diff", "--binary"
+            )
     except (OSError, subprocess.SubprocessError) as exc:
         lines.append(f"# git failed: {exc}")
     try:

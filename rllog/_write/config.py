@@ -41,7 +41,8 @@ import types
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from rllog._format.records import REDACTED, TYPE_KEY as _TYPE_KEY
+from rllog._format.records import REDACTED
+from rllog._format.records import TYPE_KEY as _TYPE_KEY
 from rllog.errors import ConfigError
 
 __all__ = ["config_to_dict", "REDACTED"]
@@ -218,7 +219,11 @@ def _convert_value(value: Any, key: str | None, depth: int) -> Any:
         out = item()
         if isinstance(out, (int, float, bool, str)):
             return out
-    if isinstance(value, types.SimpleNamespace) or type(value).__repr__ is object.__repr__ and hasattr(value, "__dict__"):
+    if (
+        isinstance(value, types.SimpleNamespace)
+        or type(value).__repr__ is object.__repr__
+        and hasattr(value, "__dict__")
+    ):
         return _convert(vars(value), key, depth + 1)  # plain objects: their attributes, redacted per key
     if callable(value):
         return _qualname(value)
@@ -252,7 +257,7 @@ def _convert_chz(value: Any, depth: int) -> dict[str, Any]:
             items = v.values() if isinstance(v, dict) else v
             item_type = args[-1] if args and args[-1] is not Ellipsis else (args[0] if args else None)
             keys = list(conv) if isinstance(conv, dict) else range(len(conv))
-            for item, k in zip(items, keys):
+            for item, k in zip(items, keys, strict=False):
                 c = conv[k]
                 if _is_chz(item) and isinstance(c, dict) and type(item) is not item_type:
                     conv[k] = {_TYPE_KEY: _qualname(type(item)), **c}
@@ -281,12 +286,6 @@ def _safe_str(value: Any) -> str:
 def _is_function(value: Any) -> bool:
     import types
 
-    return isinstance(value, (types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.ModuleType))
-
-
-
-
-
-
-
-
+    return isinstance(
+        value, (types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.ModuleType)
+    )

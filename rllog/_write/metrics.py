@@ -151,5 +151,7 @@ def _print_row(step: int, metrics: dict[str, Any]) -> None:
         if v is not None:
             parts.append(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}")
     if len(parts) == 1:
-        parts.extend(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in list(metrics.items())[:6])
+        parts.extend(
+            f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in list(metrics.items())[:6]
+        )
     print(" | ".join(parts), file=sys.stderr)

@@ -89,7 +89,9 @@ def repair_torn_tail(storage: Storage, name: str) -> str | None:
         return f"{storage.url}/{name}: the last row had no newline; added one"
     storage.append(name + TORN_SUFFIX, tail + b"\n")
     storage.flush(durable=True)
-    truncate = getattr(storage, "truncate", None)  # issue-9 merge: Storage.truncate becomes part of the protocol
+    truncate = getattr(
+        storage, "truncate", None
+    )  # issue-9 merge: Storage.truncate becomes part of the protocol
     if truncate is not None:
         truncate(name, cut)
     else:
@@ -108,7 +110,8 @@ def supersede(storage: Storage, point: int, note: Callable[..., None]) -> None:
         data = storage.read(METRICS_FILE)
     except FileNotFoundError:
         return
-    keep, moved = [], []
+    keep: list[bytes] = []
+    moved: list[bytes] = []
     for lineno, line in iter_lines(data):
         try:
             step = resume_position(line)

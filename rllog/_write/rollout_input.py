@@ -29,7 +29,6 @@ from typing import Any
 from rllog._format.codec import scalar, to_jsonable
 from rllog._format.records import StepSummary, TrajectorySummary
 
-
 _FAST = frozenset({float, int, str, bool, type(None)})
 _STR = frozenset({str})
 
@@ -63,7 +62,9 @@ def _token_len(x: Any, what: str) -> int:
     cls = type(x)
     style = _LEN_STYLE.get(cls)
     if style is None:
-        style = _LEN_STYLE[cls] = "length" if hasattr(x, "length") else ("tokens" if hasattr(x, "tokens") else "len")
+        style = _LEN_STYLE[cls] = (
+            "length" if hasattr(x, "length") else ("tokens" if hasattr(x, "tokens") else "len")
+        )
     n = x.length if style == "length" else len(x.tokens if style == "tokens" else x)
     return n if type(n) is int and n >= 0 else _length(n, what)
 
@@ -104,8 +105,11 @@ def _step_style(s: Any) -> str:
     ``ac.tokens`` and all Transition fields) or "other" (``getattr`` with defaults)."""
     if hasattr(s, "ob_len") and hasattr(s, "ac_len"):
         return "lens"
-    if all(hasattr(s, a) for a in ("episode_done", "metrics", "logs")) and hasattr(getattr(s, "ob", None), "length") \
-            and hasattr(getattr(s, "ac", None), "tokens"):
+    if (
+        all(hasattr(s, a) for a in ("episode_done", "metrics", "logs"))
+        and hasattr(getattr(s, "ob", None), "length")
+        and hasattr(getattr(s, "ac", None), "tokens")
+    ):
         return "tinker"
     return "other"
 
@@ -169,7 +173,9 @@ class _Builder:
     def step(self, s: Any, i: int, last: bool) -> StepSummary:
         if type(s) is dict:
             if not _STEP_KEYS.issuperset(s):
-                raise ValueError(f"unknown keys {sorted(set(s) - _STEP_KEYS)}; a step dict has {sorted(_STEP_KEYS)}")
+                raise ValueError(
+                    f"unknown keys {sorted(set(s) - _STEP_KEYS)}; a step dict has {sorted(_STEP_KEYS)}"
+                )
             if "reward" not in s:
                 raise ValueError(f"a step dict needs 'reward', got keys {sorted(s)}")
             ob_len = s.get("ob_len", 0)
@@ -189,13 +195,21 @@ class _Builder:
                     done, metrics, logs = s.episode_done, s.metrics, s.logs
                 elif style == "lens":
                     ob_len, ac_len = s.ob_len, s.ac_len
-                    done, metrics, logs = getattr(s, "episode_done", last), getattr(s, "metrics", None), getattr(s, "logs", None)
+                    done, metrics, logs = (
+                        getattr(s, "episode_done", last),
+                        getattr(s, "metrics", None),
+                        getattr(s, "logs", None),
+                    )
                 else:
                     raise AttributeError
             except AttributeError:
                 ob_len = _token_len(getattr(s, "ob", None), "ob length")
                 ac_len = _token_len(getattr(s, "ac", None), "ac length")
-                done, metrics, logs = getattr(s, "episode_done", last), getattr(s, "metrics", None), getattr(s, "logs", None)
+                done, metrics, logs = (
+                    getattr(s, "episode_done", last),
+                    getattr(s, "metrics", None),
+                    getattr(s, "logs", None),
+                )
             reward = s.reward
         else:
             raise TypeError(
@@ -283,7 +297,11 @@ class _Builder:
                 metrics = getattr(t, "metrics", None)
             total = None
             final_ob = getattr(t, "final_ob", None)
-            final_ob_len = _token_len(final_ob, "final_ob length") if final_ob is not None else getattr(t, "final_ob_len", None)
+            final_ob_len = (
+                _token_len(final_ob, "final_ob length")
+                if final_ob is not None
+                else getattr(t, "final_ob_len", None)
+            )
         if type(final_reward) is not float:
             final_reward = _reward(final_reward, "final_reward")
         if total is None:
@@ -341,7 +359,7 @@ class _Builder:
                 special = not _finite(r.total_reward + r.final_reward)
                 r.trajectory_metrics, bad = _values(r.trajectory_metrics, "trajectory_metrics", False)
                 special |= bad
-                for k, s in enumerate(r.steps):
+                for k, s in enumerate(r.steps):  # noqa: B007  # k names the failing step in the error below
                     s.metrics, bad = _values(s.metrics, "metrics", False)
                     special |= bad
                     s.logs, bad = _values(s.logs, "logs", True)
@@ -361,7 +379,9 @@ def _key(k: Any, what: str) -> str:
         return str(int(k))
     if isinstance(k, float):
         return repr(float(k))
-    raise TypeError(f"{what}: keys must be str (or int/float, written as strings), got {type(k).__name__} {k!r:.60}")
+    raise TypeError(
+        f"{what}: keys must be str (or int/float, written as strings), got {type(k).__name__} {k!r:.60}"
+    )
 
 
 def _values(d: dict[Any, Any], what: str, nested: bool) -> tuple[dict[str, Any], bool]:
@@ -407,7 +427,9 @@ def _per_group(value: Any, n: int, what: str, convert: Any, is_single: Any) -> l
         return [v] * n
     if not isinstance(value, (list, tuple)) or len(value) != n:
         got = f"{len(value)} items" if isinstance(value, (list, tuple)) else type(value).__name__
-        raise ValueError(f"{what}: expected one value for all groups or a list of one per group ({n}), got {got}")
+        raise ValueError(
+            f"{what}: expected one value for all groups or a list of one per group ({n}), got {got}"
+        )
     return [convert(v, f"{what}[{i}]") for i, v in enumerate(value)]
 
 
@@ -446,7 +468,9 @@ def build(
         step_default = _opt_step(sampling_client_step) if not isinstance(sampling_client_step, list) else None
         for i, rec in enumerate(groups):
             if not _is_record(rec, b.traj_cls):
-                raise TypeError(f"record {i}: expected a TrajectorySummary or a dict with 'group_idx' like record 0")
+                raise TypeError(
+                    f"record {i}: expected a TrajectorySummary or a dict with 'group_idx' like record 0"
+                )
             try:
                 out.append(b.trajectory(rec, 0, i, tag_default, step_default, keep_idx=True))
             except (TypeError, ValueError) as e:
@@ -460,7 +484,11 @@ def build(
         lambda v: not v or isinstance(v[0], str) if isinstance(v, (list, tuple)) else False,
     )
     steps_P = _per_group(
-        sampling_client_step, n, "sampling_client_step", lambda v, _w: _opt_step(v), lambda v: not isinstance(v, (list, tuple))
+        sampling_client_step,
+        n,
+        "sampling_client_step",
+        lambda v, _w: _opt_step(v),
+        lambda v: not isinstance(v, (list, tuple)),
     )
     for g, group in enumerate(groups):
         wrapped = getattr(group, "trajectory_group", None)

@@ -184,8 +184,13 @@ def write_rollouts(
         OSError: from ``storage.write`` (``StorageError`` for backend failures).
     """
     name, records, data = encode_rollouts(
-        iteration, groups, split=split, eval_name=eval_name, tags=tags,
-        sampling_client_step=sampling_client_step, strict_json=strict_json,
+        iteration,
+        groups,
+        split=split,
+        eval_name=eval_name,
+        tags=tags,
+        sampling_client_step=sampling_client_step,
+        strict_json=strict_json,
     )
     storage.write(name, data)
     return records
@@ -204,28 +209,14 @@ def encode_rollouts(
     """``(file name, records, file bytes)`` that :func:`write_rollouts` writes (same arguments)."""
     _check_order(iteration, groups, "encode_rollouts")
     name = artifact_name(iteration, "rollout_summaries", eval_name)
-    records, dirty, recheck = build(groups, iteration, _split_for(split, eval_name), tags, sampling_client_step)
+    records, dirty, recheck = build(
+        groups, iteration, _split_for(split, eval_name), tags, sampling_client_step
+    )
     try:
         data = _encode(records, dirty, strict_json)
     except TypeError:  # a value the quick batch check let through (numpy scalar, odd key)
         data = _encode(records, recheck(), strict_json)
     return name, records, data
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 # ------------------------------------------------------------------------ summary metrics
@@ -235,7 +226,9 @@ def _numeric(v: Any) -> bool:
     return type(v) in (float, int, bool)
 
 
-def _batch_metrics(records: list[TrajectorySummary], groups: list[list[TrajectorySummary]], good_threshold: float) -> dict[str, float]:
+def _batch_metrics(
+    records: list[TrajectorySummary], groups: list[list[TrajectorySummary]], good_threshold: float
+) -> dict[str, float]:
     steps = [s for r in records for s in r.steps]
     turns = len(steps)
     episodes = len(records)
@@ -326,8 +319,15 @@ def summarize_rollouts(
     if any(len(gs) < len(groups) for gs in tag_groups.values()):
         for tag, gs in tag_groups.items():
             recs = [r for g in gs for r in g]
-            out.update({f"{prefix}env/{tag}/{k}": v for k, v in _batch_metrics(recs, gs, good_threshold).items()})
-    out.update({f"{prefix}env/all/{k}": v for k, v in _batch_metrics(records, list(groups.values()), good_threshold).items()})
+            out.update(
+                {f"{prefix}env/{tag}/{k}": v for k, v in _batch_metrics(recs, gs, good_threshold).items()}
+            )
+    out.update(
+        {
+            f"{prefix}env/all/{k}": v
+            for k, v in _batch_metrics(records, list(groups.values()), good_threshold).items()
+        }
+    )
     return out
 
 
