@@ -35,4 +35,4 @@ class ConfigError(RllogError, ValueError):
 
 
 class RunFormatError(RllogError, ValueError):
-    """A run file is not in the format DESIGN.md describes; the message gives file and line."""
+    """A run file is not in the format docs/FORMATS.md describes; the message gives file and line."""

@@ -70,3 +70,33 @@ def cloud_url(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict
 def storage_url(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, Any]]:
     """``(url, storage_options)`` of a fresh run on local disk or any cloud backend."""
     return _cloud(request.param, request, tmp_path)
+
+
+_CLOUD_FIXTURES = {"gcs_server", "s3_server"}
+_CLOUD_PARAMS = {"gcs", "s3"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Markers by kind, so a fast loop can leave the slow kinds out:
+
+    - ``cloud``: under ``tests/cloud/``, or using the GCS emulator or moto S3 (directly or
+      through the ``gcs``/``s3`` cases of ``cloud_url``/``storage_url``);
+    - ``e2e``: under ``tests/e2e/``;
+    - ``slow``: every ``cloud`` and ``e2e`` test (``pytest -m "not slow"`` is the fast loop).
+    """
+    root = Path(__file__).parent
+    for item in items:
+        kind = Path(str(item.fspath)).resolve().relative_to(root).parts[0]
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        fixtures = set(getattr(item, "fixturenames", ()))
+        cloud = (
+            kind == "cloud"
+            or bool(fixtures & _CLOUD_FIXTURES)
+            or any(params.get(f) in _CLOUD_PARAMS for f in ("cloud_url", "storage_url"))
+        )
+        if cloud:
+            item.add_marker(pytest.mark.cloud)
+        if kind == "e2e":
+            item.add_marker(pytest.mark.e2e)
+        if cloud or kind == "e2e":
+            item.add_marker(pytest.mark.slow)

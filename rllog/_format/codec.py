@@ -1,6 +1,6 @@
 """JSON encoding and decoding for run files.
 
-Metric rows follow DESIGN.md §1: one JSON object per line, ``"step"`` first, then the
+Metric rows follow docs/FORMATS.md §1: one JSON object per line, ``"step"`` first, then the
 caller's keys in their order; values are numbers, booleans, strings or null. NaN and
 ±Infinity are kept as values: by default written as the tokens ``NaN``, ``Infinity``
 and ``-Infinity`` (what Python's ``json`` and ``pandas.read_json`` read); with

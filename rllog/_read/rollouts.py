@@ -86,8 +86,15 @@ def decode_rollout_summaries(data: bytes, where: str = "rollout summaries") -> l
 def _rollout_files(
     storage: Storage, iteration: int | None, split: str | None, eval_name: str | None
 ) -> list[str]:
+    if split is not None and split.startswith("eval/"):  # a record's own split: "eval/<name>"
+        if eval_name is not None and eval_name != split[len("eval/") :]:
+            raise ValueError(f"split={split!r} names another evaluator than eval_name={eval_name!r}")
+        split, eval_name = "eval", split[len("eval/") :]
     if split not in (None, "train", "eval"):
-        raise ValueError(f"split must be 'train', 'eval' or None (both), got {split!r}")
+        raise ValueError(
+            f"split must be 'train', 'eval' (every evaluator), 'eval/<name>' (one evaluator, the records' "
+            f"own split value) or None (all), got {split!r}"
+        )
     if eval_name is not None:
         if split == "train":
             raise ValueError(f"eval_name={eval_name!r} with split='train': evaluator files are split 'eval'")
@@ -119,8 +126,10 @@ def read_rollouts(
     :class:`Storage`), or the path of one local ``*_rollout_summaries.jsonl`` file (then
     the filters are ignored). Files come in order of iteration, train before eval,
     evaluators by name; tinker-cookbook's ``iteration_NNNNNN/train_rollout_summaries.jsonl``
-    layout is read too. Filters: ``iteration`` (None = all), ``split`` (``"train"``,
-    ``"eval"``, None = both), ``eval_name`` (one evaluator, raw or file-safe name).
+    layout is read too. Filters: ``iteration`` (None = all); ``split``: a record's own
+    ``split`` value as written (``"train"`` or ``"eval/<name>"``, the evaluator's raw
+    name), ``"eval"`` for every evaluator, None for all; ``eval_name`` (one evaluator,
+    raw or file-safe name; the same as ``split="eval/<name>"``).
 
     Raises:
         RunFormatError: a file holds a line that is not a record.

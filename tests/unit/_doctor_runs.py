@@ -9,7 +9,7 @@ import random
 import shutil
 from pathlib import Path
 
-REALDATA = Path(__file__).resolve().parents[1].parent / "shared" / "realdata"
+REALDATA = Path(__file__).resolve().parents[2].parent / "shared" / "realdata"
 
 
 def write_run(folder: Path, rows: list[dict], config=None, checkpoints=(), files=()) -> Path:

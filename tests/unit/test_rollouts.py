@@ -655,3 +655,27 @@ def test_demo_writes_train_and_eval_rollouts(tmp_path):
     evals = rollouts_dataframe(tmp_path, 2, split="eval")
     assert len(evals) == 400 and set(evals.split) == {"eval/test"}
     assert rows[2]["test/env/all/reward/total"] == pytest.approx(evals.total_reward.mean())
+
+
+def test_split_means_the_same_when_writing_and_reading(tmp_path):
+    """The split a record is written with ("eval/<name>") selects it when reading."""
+    from rllog import RunLogger
+
+    with RunLogger(tmp_path, code_diff=False, index=False) as logger:
+        logger.log_rollouts(1, [[{"steps": [{"reward": 1.0}]}]])
+        logger.log_rollouts(1, [[{"steps": [{"reward": 0.5}]}]], eval_name="my set")
+        logger.log_rollouts(1, [[{"steps": [{"reward": 0.25}]}]], eval_name="other")
+    for split in ("train", "eval/my set", "eval/other"):
+        got = list(read_rollouts(tmp_path, split=split))
+        assert [r.split for r in got] == [split]
+    assert sorted(r.split for r in read_rollouts(tmp_path, split="eval")) == ["eval/my set", "eval/other"]
+    assert [r.split for r in read_rollouts(tmp_path, eval_name="my set")] == ["eval/my set"]
+    with pytest.raises(ValueError, match="another evaluator"):
+        list(read_rollouts(tmp_path, split="eval/my set", eval_name="other"))
+    with pytest.raises(ValueError, match="'eval/<name>'"):
+        list(read_rollouts(tmp_path, split="test"))
+
+
+def test_build_rollout_summaries_in_the_old_argument_order_fails_with_the_fix():
+    with pytest.raises(TypeError, match=r"iteration comes first .*build_rollout_summaries\(3, groups\)"):
+        build_rollout_summaries([[{"steps": [{"reward": 1.0}]}]], 3)

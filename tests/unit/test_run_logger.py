@@ -22,7 +22,7 @@ from rllog import RunLogger, load_config
 from rllog._format.records import REDACTED
 from rllog._write.config import config_to_dict
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def rows(path: Path) -> list[dict]:

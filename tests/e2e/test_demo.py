@@ -15,7 +15,7 @@ import pytest
 
 from rllog._demo import DemoConfig, run_demo
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def rows(path: Path) -> list[dict]:

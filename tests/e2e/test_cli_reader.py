@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from rllog import RunLogger
 from rllog.cli import main
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 REALDATA = REPO.parent / "shared" / "realdata"
 
 

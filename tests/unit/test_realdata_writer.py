@@ -10,7 +10,7 @@ import pytest
 
 from rllog import RunLogger, load_config
 
-REALDATA = Path(__file__).resolve().parents[1].parent / "shared" / "realdata"
+REALDATA = Path(__file__).resolve().parents[2].parent / "shared" / "realdata"
 pytestmark = pytest.mark.skipif(not REALDATA.is_dir(), reason=f"real data folder {REALDATA} is not there")
 
 

@@ -12,7 +12,7 @@ from rllog import read_run
 from rllog._read.summary import format_summary, summarize
 from rllog.importers import import_tensorboard, import_trl
 
-REALDATA = Path(__file__).resolve().parents[1].parent / "shared" / "realdata"
+REALDATA = Path(__file__).resolve().parents[2].parent / "shared" / "realdata"
 pytestmark = pytest.mark.skipif(not REALDATA.is_dir(), reason=f"real data folder {REALDATA} is missing")
 
 TINKER = REALDATA / "tinker"
