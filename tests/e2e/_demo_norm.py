@@ -1,0 +1,32 @@
+"""Normalise a demo run folder for byte comparison: one SHA-256 per file, with the run's
+path, ISO timestamps and the values of ``time/*`` metrics (wall-clock durations) masked.
+
+``code.diff`` (the repository's state), ``.rllog.lock`` (a pid) and ``index.html`` (it
+charts ``time/*``) are left out."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+ISO = re.compile(rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:\+00:00|Z)?")
+SKIP = {".rllog.lock", "code.diff", "index.html"}
+
+
+def normalise(folder: Path) -> dict[str, str]:
+    out = {}
+    root = str(folder).encode()
+    for p in sorted(folder.rglob("*")):
+        if not p.is_file() or p.name in SKIP:
+            continue
+        data = ISO.sub(b"<T>", p.read_bytes().replace(root, b"<RUN>"))
+        if p.name == "metrics.jsonl":
+            rows = [json.loads(line) for line in data.splitlines()]
+            data = b"".join(
+                json.dumps({k: (0 if k.startswith("time/") else v) for k, v in r.items()}).encode() + b"\n"
+                for r in rows
+            )
+        out[str(p.relative_to(folder))] = hashlib.sha256(data).hexdigest()
+    return out
