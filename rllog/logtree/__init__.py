@@ -98,7 +98,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from rllog._logtree_values import check_index, check_str, messages_of, safe_repr, table_of, trajectory_record
+from rllog.logtree._values import check_index, check_str, messages_of, safe_repr, table_of, trajectory_record
 from rllog._names import artifact_name
 
 __all__ = [
@@ -627,13 +627,13 @@ class Trace(Section):
 
     def to_json(self) -> bytes:
         """The ``*_logtree.json`` bytes (UTF-8, compact)."""
-        from rllog._logtree_render import encode_trace
+        from rllog.logtree._render import encode_trace
 
         return encode_trace(self.document(), self.strict_json, self._nonfinite)
 
     def to_html(self) -> str:
         """The self-contained HTML page (str)."""
-        from rllog._logtree_render import render_html
+        from rllog.logtree._render import render_html
 
         return render_html(self)
 
@@ -756,7 +756,7 @@ def write_trace(storage: Any, trace: Trace, iteration: int, eval_name: str | Non
     trace._nav = _neighbours(iteration, eval_name)
     if trace.path is None:
         trace.path = _normal_url(f"{storage.url}/{html_name}")
-    from rllog._logtree_render import html_bytes
+    from rllog.logtree._render import html_bytes
 
     storage.write(json_name, trace.to_json())
     storage.write(html_name, html_bytes(trace))
