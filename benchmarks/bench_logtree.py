@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rllog import logtree  # noqa: E402
-from rllog.logtree._render import html_bytes  # noqa: E402
+from rllog.logtree._io import html_bytes  # noqa: E402
 from rllog.storage import LocalStorage  # noqa: E402
 
 WORDS = "the model answers a question about arithmetic and then checks its own work carefully".split()
