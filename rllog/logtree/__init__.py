@@ -118,14 +118,18 @@ def current() -> Section | None:
     """The section logtree calls here would write into, or None if they are no-ops.
 
     Pass it to a worker thread and use ``with section.bind():`` there (or call its
-    methods) to keep the nesting.
+    methods) to keep the nesting. None inside a group past ``num_groups_to_log`` too.
+    Never raises.
     """
     sec = current_section()
     return None if sec.node is None else sec
 
 
 def is_active() -> bool:
-    """True if logtree calls here are recorded (a trace is active and the group is logged)."""
+    """True if logtree calls here are recorded (a trace is active and the group is logged).
+
+    Use it to skip building expensive arguments. Never raises.
+    """
     return current_section().node is not None
 
 
@@ -134,7 +138,9 @@ def scope(title: str | _F) -> Any:
 
     Also a decorator: ``@logtree.scope("Grading")`` or bare ``@logtree.scope`` (titled by
     the function's name) runs every call of the function (sync or async) in its own
-    section. No-op without an active trace.
+    section. No-op without an active trace. Header level is the depth + 1 (at most h6).
+    A title that is not a str is warned about once and shown as its repr; never raises.
+    The context manager yields the new :class:`Section`.
     """
     if callable(title) and not isinstance(title, str):
         return ScopeCM(None, "scope", title.__name__, None)(title)
@@ -142,44 +148,69 @@ def scope(title: str | _F) -> Any:
 
 
 def group(group_idx: int, title: str | None = None) -> ScopeCM:
-    """The section of trajectory group ``group_idx``; see :meth:`Section.group`."""
+    """The section of trajectory group ``group_idx`` (title default "Group N"); see :meth:`Section.group`.
+
+    Full content only if ``group_idx < num_groups_to_log``; the block yields the group's
+    :class:`Section` (disabled past ``num_groups_to_log``).
+
+    Raises:
+        TypeError: ``group_idx`` is not an int (numpy ints are accepted).
+        ValueError: ``group_idx`` < 0.
+    """
     return ScopeCM(None, "group", title, check_index(group_idx, "group_idx"))
 
 
 def details(summary: str, *, open: bool = False) -> ScopeCM:
-    """A collapsible block in the current section; see :meth:`Section.details`."""
+    """A collapsible ``<details>`` block showing ``summary``, closed unless ``open``; see
+    :meth:`Section.details`. Never raises (a non-str summary is shown as its repr)."""
     return ScopeCM(None, "details", summary, open)
 
 
 def text(text: str, *, code: bool = False) -> None:
-    """Add a paragraph to the current section; see :meth:`Section.text`. No-op without a trace."""
+    """Add a paragraph to the current section; see :meth:`Section.text`. No-op without a trace.
+
+    Texts over 8,000 characters are folded in the page (kept whole in the JSON). Never raises.
+    """
     current_section().text(text, code=code)
 
 
 def conversation(messages: Sequence[Mapping[str, Any]]) -> None:
-    """Add a conversation to the current section; see :meth:`Section.conversation`."""
+    """Add a conversation (a list of ``{"role", "content", ...}`` dicts) to the current
+    section; see :meth:`Section.conversation`. Never raises."""
     current_section().conversation(messages)
 
 
 def table(data: Any, *, columns: Sequence[str] | None = None, caption: str | None = None) -> None:
-    """Add a table to the current section; see :meth:`Section.table`."""
+    """Add a table (list of dicts, dict of lists, dict of scalars, rows + ``columns``, or a
+    DataFrame) to the current section; see :meth:`Section.table`. Never raises."""
     current_section().table(data, columns=columns, caption=caption)
 
 
 def html(markup: str) -> None:
-    """Add trusted raw HTML to the current section; see :meth:`Section.html`."""
+    """Add trusted raw HTML to the current section; see :meth:`Section.html`. Never raises."""
     current_section().html(markup)
 
 
 def trajectory_stats(traj_idx: int, **kwargs: Any) -> None:
-    """Record one trajectory's stats; see :meth:`Section.trajectory_stats`."""
+    """Record one trajectory's stats (rewards, per-step token lengths); see :meth:`Section.trajectory_stats`.
+
+    Records even in groups past ``num_groups_to_log``; no-op without a trace.
+
+    Raises:
+        ValueError: no ``group_idx=`` and no enclosing group, or both ``steps`` and ``ob_len``/``ac_len``.
+        TypeError: a value is not a number where one is expected.
+    """
     current_section().trajectory_stats(traj_idx, **kwargs)
 
 
 def add_trajectories(records: Iterable[Mapping[str, Any]]) -> None:
     """Feed rollout-summary records to the current trace's "Trajectory Details" (no-op
     without a trace); see :meth:`Trace.add_trajectories`. ``RunLogger.log_rollouts``
-    calls this so a loop that logs rollout summaries gets the section filled."""
+    calls this so a loop that logs rollout summaries gets the section filled.
+
+    Raises:
+        TypeError / ValueError: a field has the wrong type, naming the record.
+    """
     trace = current_section().trace
     if trace is not None:
         trace.add_trajectories(records)

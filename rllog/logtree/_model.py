@@ -175,6 +175,7 @@ class Section:
 
         Raises:
             TypeError: ``group_idx`` is not an int.
+            ValueError: ``group_idx`` < 0.
         """
         return ScopeCM(self, "group", title, check_index(group_idx, "group_idx"))
 
@@ -671,6 +672,10 @@ def open_trace(
     """Create a :class:`Trace` and make it current for the block; nothing is written.
 
     An exception leaving the block is recorded in the trace and re-raised.
+
+    Raises:
+        TypeError: ``title`` is not a str, or ``num_groups_to_log`` not an int.
+        ValueError: ``num_groups_to_log`` < 0.
     """
     trace = Trace(title, num_groups_to_log=num_groups_to_log, path=path, strict_json=strict_json)
     with trace.bind():
