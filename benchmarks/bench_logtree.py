@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rllog import logtree
-from rllog._logtree_render import html_bytes
+from rllog.logtree._io import html_bytes
 from rllog.storage import LocalStorage
 
 WORDS = "the model answers a question about arithmetic and then checks its own work carefully".split()

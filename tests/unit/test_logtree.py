@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rllog import logtree
-from rllog._logtree_render import MAX_HTML_CHARS, html_bytes
+from rllog.logtree._io import html_bytes
+from rllog.logtree._render import MAX_HTML_CHARS
 from rllog._templates import environment, template_dir
 from rllog.storage import LocalStorage, open_storage
 

@@ -93,10 +93,14 @@ def messages_of(messages: Any, odd: Callable[[str], None]) -> list[Any]:
     unexpected type) and the value is kept as it is, for the page to show its repr.
     """
     if isinstance(messages, Mapping) or callable(getattr(messages, "model_dump", None)):
-        odd(f"logtree.conversation expects a list of messages, got one {type(messages).__name__}; shown as a conversation of one")
+        odd(
+            f"logtree.conversation expects a list of messages, got one {type(messages).__name__}; shown as a conversation of one"
+        )
         messages = [messages]
     elif isinstance(messages, (str, bytes)) or not isinstance(messages, Iterable):
-        odd(f"logtree.conversation expects a list of messages, got {type(messages).__name__}; shown as its repr")
+        odd(
+            f"logtree.conversation expects a list of messages, got {type(messages).__name__}; shown as its repr"
+        )
         return [_plain(messages)]
     out: list[Any] = []
     problem = None
@@ -104,7 +108,9 @@ def messages_of(messages: Any, odd: Callable[[str], None]) -> list[Any]:
         if not isinstance(m, Mapping):
             dump = getattr(m, "model_dump", None)
             if not callable(dump):
-                problem = problem or f"message {i} is a {type(m).__name__}, not a dict with 'role' and 'content'"
+                problem = (
+                    problem or f"message {i} is a {type(m).__name__}, not a dict with 'role' and 'content'"
+                )
                 out.append(_plain(m))
                 continue
             m = dump()
@@ -115,7 +121,10 @@ def messages_of(messages: Any, odd: Callable[[str], None]) -> list[Any]:
         if not isinstance(m.get("role"), str):
             problem = problem or f"message {i} has no str 'role' (got {safe_repr(m.get('role'), 40)})"
         elif not isinstance(content, _CONTENT_TYPES):
-            problem = problem or f"message {i} 'content' is a {type(content).__name__}, not a str or a list of parts"
+            problem = (
+                problem
+                or f"message {i} 'content' is a {type(content).__name__}, not a str or a list of parts"
+            )
         out.append(_plain(m))
     if problem is not None:
         odd(f"logtree.conversation: {problem}; shown as its repr")
@@ -139,7 +148,9 @@ def _cell(value: Any) -> Any:
     return str(value)
 
 
-def table_of(data: Any, columns: Sequence[str] | None, odd: Callable[[str], None]) -> tuple[list[str], list[list[Any]]]:
+def table_of(
+    data: Any, columns: Sequence[str] | None, odd: Callable[[str], None]
+) -> tuple[list[str], list[list[Any]]]:
     """``(columns, rows)`` of plain cells from any table shape :func:`rllog.logtree.table` takes.
 
     Odd shapes never raise: ``odd(message)`` is called once and the data is shown as well
@@ -150,19 +161,26 @@ def table_of(data: Any, columns: Sequence[str] | None, odd: Callable[[str], None
         data = data.to_dict("records")
     if isinstance(data, Mapping):
         values = list(data.values())
-        seqs = [isinstance(v, (list, tuple)) or (hasattr(v, "__len__") and hasattr(v, "tolist")) for v in values]
+        seqs = [
+            isinstance(v, (list, tuple)) or (hasattr(v, "__len__") and hasattr(v, "tolist")) for v in values
+        ]
         if values and all(seqs):
             lengths = [len(v) for v in values]
             if len(set(lengths)) > 1:
-                odd(f"logtree.table: dict-of-lists columns have different lengths {sorted(set(lengths))}; short columns padded with empty cells")
+                odd(
+                    f"logtree.table: dict-of-lists columns have different lengths {sorted(set(lengths))}; short columns padded with empty cells"
+                )
             n = max(lengths)
-            cols = [str(k) for k in data]
-            return cols, [[_cell(v[i]) if i < len(v) else None for v in values] for i in range(n)]
+            return [str(k) for k in data], [
+                [_cell(v[i]) if i < len(v) else None for v in values] for i in range(n)
+            ]
         if any(seqs):
             odd("logtree.table: a dict maps some keys to lists and some to scalars; shown as key/value rows")
         return ["key", "value"], [[str(k), _cell(v)] for k, v in data.items()]
     if isinstance(data, (str, bytes)) or not isinstance(data, Iterable):
-        odd(f"logtree.table expects a list of dicts, a dict of lists, rows or a DataFrame, got {type(data).__name__}; shown as one cell")
+        odd(
+            f"logtree.table expects a list of dicts, a dict of lists, rows or a DataFrame, got {type(data).__name__}; shown as one cell"
+        )
         return ["value"], [[_cell(data)]]
     rows = list(data)
     if rows and all(isinstance(r, Mapping) for r in rows):
@@ -184,7 +202,10 @@ def table_of(data: Any, columns: Sequence[str] | None, odd: Callable[[str], None
     cols = [str(c) for c in columns] if columns is not None else []
     width = max((len(r) for r in out), default=0)
     if columns is not None and any(len(r) != len(cols) for r in out):
-        problem = problem or f"rows have {sorted({len(r) for r in out})} cells, columns has {len(cols)}; short rows padded"
+        problem = (
+            problem
+            or f"rows have {sorted({len(r) for r in out})} cells, columns has {len(cols)}; short rows padded"
+        )
         cols += [""] * (width - len(cols))
         out = [r + [None] * (len(cols) - len(r)) for r in out]
     if problem is not None:

@@ -1,4 +1,8 @@
-"""Rendering a logtree :class:`~rllog.logtree.Trace` to HTML (jinja2) and JSON (msgspec).
+"""Rendering a logtree document (a :class:`~rllog.logtree._model.TraceView`) to HTML (jinja2) and JSON (msgspec).
+
+This module sees only plain data: the view a ``Trace`` hands over (document struct,
+trajectory records, links, flags), never the trace itself; it imports only the model's
+data types. ``rllog.logtree._io`` builds the view and calls it.
 
 The HTML comes from ``templates/logtree.html.j2`` (+ ``logtree.css``, inlined), through
 the process's one autoescaping Environment (:mod:`rllog._templates`). The trace
@@ -16,14 +20,22 @@ from __future__ import annotations
 
 import json
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
 from rllog._templates import environment
+from rllog.logtree._model import Node, TraceDoc, TraceView
 
-if TYPE_CHECKING:
-    from rllog.logtree import Node, Trace, _TraceDoc
+__all__ = [
+    "COLLAPSE_CHARS",
+    "HEAD_CHARS",
+    "MAX_CELL_CHARS",
+    "MAX_HTML_CHARS",
+    "encode_json",
+    "html_bytes",
+    "render_html",
+]
 
 HEAD_CHARS = 2_000
 COLLAPSE_CHARS = 8_000
@@ -37,8 +49,13 @@ _ROLES = frozenset({"system", "user", "assistant", "tool"})
 # JSON
 
 
-def encode_trace(doc: _TraceDoc, strict_json: bool, nonfinite: bool) -> bytes:
-    """The logtree JSON bytes of ``doc``.
+def encode_json(view: TraceView) -> bytes:
+    """The ``*_logtree.json`` bytes of ``view.doc`` (UTF-8, compact)."""
+    return encode_doc(view.doc, view.strict_json, view.nonfinite)
+
+
+def encode_doc(doc: TraceDoc, strict_json: bool, nonfinite: bool) -> bytes:
+    """The logtree JSON bytes of ``doc``; ``nonfinite``: a NaN/Infinity may be somewhere in it.
 
     msgspec encodes the common case in one pass. Two cases take Python's ``json``
     (C encoder, ``ensure_ascii``): lone surrogates, in values or keys, which msgspec
@@ -71,46 +88,51 @@ def _nulls(value: Any) -> Any:
 # HTML
 
 
-def html_bytes(trace: Trace) -> bytes:
+def html_bytes(view: TraceView) -> bytes:
     """The HTML page as UTF-8; lone surrogates become visible ``\\udXXX`` escapes."""
-    page = render_html(trace)
+    page = render_html(view)
     try:
         return page.encode("utf-8")
     except UnicodeEncodeError:
         return page.encode("utf-8", "backslashreplace")
 
 
-def render_html(trace: Trace) -> str:
-    """Render ``trace`` to a self-contained HTML page."""
-    doc = trace.document()
-    trajectories = doc.root.children[-1].children[1].data["trajectories"]
+def render_html(view: TraceView) -> str:
+    """Render ``view`` to a self-contained HTML page (str, may hold lone surrogates)."""
+    trajectories = view.trajectories
     by_group: dict[int, list[dict[str, Any]]] = {}
     for rec in trajectories:
         by_group.setdefault(rec["group_idx"], []).append(rec)
     group_notes = {g: _group_note(recs) for g, recs in by_group.items()}
     events: list[tuple[Any, ...]] = []
     logged: list[int] = []
-    _flatten(doc.root.children[:-1], events, group_notes, logged)
+    _flatten(view.content, events, group_notes, logged)
     shown = set(logged)
-    page = environment().get_template("logtree.html.j2").render(
-        title=doc.title,
-        started_at=doc.started_at,
-        nav=trace._nav,
-        events=events,
-        logged_groups=logged,
-        num_groups_to_log=trace.num_groups_to_log,
-        n_trajectories=len(trajectories),
-        traj_groups=[
-            (g, group_notes[g], g in shown, [_traj_row(r) for r in recs])
-            for g, recs in sorted(by_group.items())
-        ],
+    page = (
+        environment()
+        .get_template("logtree.html.j2")
+        .render(
+            title=view.title,
+            started_at=view.started_at,
+            nav=view.nav,
+            events=events,
+            logged_groups=logged,
+            num_groups_to_log=view.num_groups_to_log,
+            n_trajectories=len(trajectories),
+            traj_groups=[
+                (g, group_notes[g], g in shown, [_traj_row(r) for r in recs])
+                for g, recs in sorted(by_group.items())
+            ],
+        )
     )
     if "\x00" in page:  # a NUL would vanish in the browser: show it
         page = page.replace("\x00", "\u2400")
     return page
 
 
-def _flatten(children: list[Any], out: list[tuple[Any, ...]], notes: dict[int, str], logged: list[int]) -> None:
+def _flatten(
+    children: list[Any], out: list[tuple[Any, ...]], notes: dict[int, str], logged: list[int]
+) -> None:
     append = out.append
     for node in children:
         if type(node) is str:
@@ -125,11 +147,14 @@ def _flatten(children: list[Any], out: list[tuple[Any, ...]], notes: dict[int, s
                 rows = [[(_fmt(c), type(c) in (int, float)) for c in r] for r in data["rows"]]
                 append(("table", [_fmt(c) for c in data["columns"]], rows, data.get("caption")))
             elif kind == "html":
+                # jinja2's; imported at the first raw-HTML node, so importing rllog does not load it
                 from markupsafe import Markup
 
                 append(("html", Markup(data["html"]), None, None))
             elif kind == "exception":
-                append(("exception", f"{data['exc_type']}: {data['message']}", _clip(data["traceback"]), None))
+                append(
+                    ("exception", f"{data['exc_type']}: {data['message']}", _clip(data["traceback"]), None)
+                )
             continue
         tag = node.tag
         kids = node.children
@@ -198,7 +223,9 @@ def _message(m: Any) -> tuple[str, str, str, list[tuple[Any, ...]]]:
     note = ""
     if role == "tool":
         name, call_id = m.get("name"), m.get("tool_call_id")
-        note = " · ".join(x for x in (f"result of {name}" if name else "", f"call {call_id}" if call_id else "") if x)
+        note = " · ".join(
+            x for x in (f"result of {name}" if name else "", f"call {call_id}" if call_id else "") if x
+        )
     elif isinstance(m.get("name"), str):
         note = m["name"]
     content = m.get("content")
@@ -234,7 +261,11 @@ def _part(part: Any) -> tuple[Any, ...]:
     if kind in ("tool_call", "function_call"):
         return _tool_call(part.get("tool_call", part))
     if kind == "unparsed_tool_call":
-        return ("tool_call", ("unparsed tool call", ""), _clip(f"{part.get('raw_text', '')}\n{part.get('error', '')}"))
+        return (
+            "tool_call",
+            ("unparsed tool call", ""),
+            _clip(f"{part.get('raw_text', '')}\n{part.get('error', '')}"),
+        )
     if isinstance(kind, str) and "image" in kind:
         return ("image", kind, None)
     return ("other", _clip(_pretty(part)), None)
@@ -248,7 +279,7 @@ def _tool_call(tc: Any) -> tuple[Any, ...]:
     """``("tool_call", (name, call id), clipped arguments)``; JSON arguments are pretty-printed."""
     if not isinstance(tc, dict):
         return ("other", _clip(_pretty(tc)), None)
-    fn = tc.get("function") if isinstance(tc.get("function"), dict) else tc
+    fn: dict[str, Any] = tc["function"] if isinstance(tc.get("function"), dict) else tc
     name = fn.get("name", "?")
     call_id = tc.get("id") or fn.get("id") or ""
     args = fn.get("arguments", fn.get("args", ""))
@@ -276,7 +307,9 @@ def _group_note(recs: list[dict[str, Any]]) -> str:
     finite = [x for x in rewards if math.isfinite(x)]
     note = f"{len(recs)} trajectories"
     if finite:
-        note += f" · mean reward {sum(finite) / len(finite):.4g} (min {min(finite):.4g}, max {max(finite):.4g})"
+        note += (
+            f" · mean reward {sum(finite) / len(finite):.4g} (min {min(finite):.4g}, max {max(finite):.4g})"
+        )
     return note
 
 
