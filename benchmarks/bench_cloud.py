@@ -8,7 +8,7 @@ then ``close``. Printed per writer: bytes uploaded (request bodies), requests, w
 time, and the time inside ``append`` (what ``log_metrics`` pays) at p50/p99; then the
 ratios tinker/rllog. tinker-cookbook is skipped, saying so, if it is not installed.
 
-``--kill-trials N`` also runs N kill -9 trials of a writer process (tests/cloud_writer.py)
+``--kill-trials N`` also runs N kill -9 trials of a writer process (tests/cloud/cloud_writer.py)
 and checks every acknowledged row is present once after the same machine resumes.
 """
 
@@ -84,7 +84,7 @@ def run(name: str, open_storage, rows: list[bytes], flush_every: int, proxy: Fau
 
 
 def kill_trials(server: GcsServer, trials: int) -> None:
-    writer_py = str(ROOT / "tests" / "cloud_writer.py")
+    writer_py = str(ROOT / "tests" / "cloud" / "cloud_writer.py")
     from rllog.storage import FsspecStorage
 
     rng = random.Random(1)
