@@ -65,11 +65,7 @@ def repair_torn_tail(storage: Storage, name: str) -> str | None:
         return f"{storage.url}/{name}: the last row had no newline; added one"
     storage.append(name + TORN_SUFFIX, tail + b"\n")
     storage.flush(durable=True)
-    truncate = getattr(storage, "truncate", None)
-    if truncate is not None:
-        truncate(name, cut)
-    else:
-        storage.write(name, storage.read(name)[:cut])
+    storage.truncate(name, cut)
     return (
         f"{storage.url}/{name}: moved a torn last line ({len(tail)} bytes, cut mid-write) "
         f"to {name}{TORN_SUFFIX}; new rows start on a fresh line"
