@@ -50,12 +50,26 @@ __all__ = ["StorageConformance", "FaultyStorage", "OPERATIONS"]
 
 #: Names of the Storage calls :class:`FaultyStorage` can make fail.
 OPERATIONS = frozenset(
-    {"read", "read_range", "size", "write", "append", "truncate", "exists", "list", "remove", "flush", "close"}
+    {
+        "read",
+        "read_range",
+        "size",
+        "write",
+        "append",
+        "truncate",
+        "exists",
+        "list",
+        "remove",
+        "flush",
+        "close",
+    }
 )
 
 
 def _enospc(operation: str, target: str) -> BaseException:
-    return OSError(errno.ENOSPC, f"No space left on device (injected by FaultyStorage into {operation})", target)
+    return OSError(
+        errno.ENOSPC, f"No space left on device (injected by FaultyStorage into {operation})", target
+    )
 
 
 class FaultyStorage:
@@ -102,7 +116,9 @@ class FaultyStorage:
         fail_on = frozenset(fail_on)
         unknown = fail_on - OPERATIONS
         if unknown:
-            raise ValueError(f"fail_on: unknown storage calls {sorted(unknown)}; expected some of {sorted(OPERATIONS)}")
+            raise ValueError(
+                f"fail_on: unknown storage calls {sorted(unknown)}; expected some of {sorted(OPERATIONS)}"
+            )
         if times is not None and times < 0:
             raise ValueError(f"times must be >= 0 or None (fail until heal()), got {times}")
         if delay < 0:

@@ -74,10 +74,16 @@ class ObjectStat:
 
 
 #: botocore/google-auth errors that come before any request reaches the server
-_PERMANENT_CLIENT_ERRORS = frozenset({
-    "NoCredentialsError", "PartialCredentialsError", "ParamValidationError", "InvalidBucketName",
-    "DefaultCredentialsError", "RefreshError",
-})
+_PERMANENT_CLIENT_ERRORS = frozenset(
+    {
+        "NoCredentialsError",
+        "PartialCredentialsError",
+        "ParamValidationError",
+        "InvalidBucketName",
+        "DefaultCredentialsError",
+        "RefreshError",
+    }
+)
 
 
 def classify(exc: BaseException) -> str:
@@ -120,7 +126,9 @@ def call_with_retry(what: str, fn: Callable[..., _T], *args: Any) -> _T:
 
     try:
         return Retrying(
-            retry=retry_if_exception(lambda e: not isinstance(e, FileNotFoundError) and classify(e) != "permanent"),
+            retry=retry_if_exception(
+                lambda e: not isinstance(e, FileNotFoundError) and classify(e) != "permanent"
+            ),
             wait=wait_exponential(multiplier=0.2, max=5) + wait_random(0, 0.2),
             stop=stop_after_attempt(5),
             reraise=True,
@@ -416,9 +424,13 @@ class S3Ops(ObjectOps):
             async with out["Body"] as stream:
                 return await stream.read()
 
-        return sync(self.fs.loop, read) if asyncio.iscoroutinefunction(out["Body"].read) else out["Body"].read()
+        return (
+            sync(self.fs.loop, read) if asyncio.iscoroutinefunction(out["Body"].read) else out["Body"].read()
+        )
 
-    def _multipart(self, path: str, stat: ObjectStat, data: bytes, before_send: Callable[[int], None]) -> None:
+    def _multipart(
+        self, path: str, stat: ObjectStat, data: bytes, before_send: Callable[[int], None]
+    ) -> None:
         where = self._split(path)
         upload = self.fs.call_s3("create_multipart_upload", **where)["UploadId"]
         try:
@@ -495,4 +507,8 @@ def list_names(fs: Any, root: str, url: str) -> set[str]:
 
     prefix = root + "/"
     found = call_with_retry(f"list {url}", find)
-    return {p[len(prefix) :] for p in found if p.startswith(prefix) and not p[len(prefix) :].startswith(PARTS_DIR + "/")}
+    return {
+        p[len(prefix) :]
+        for p in found
+        if p.startswith(prefix) and not p[len(prefix) :].startswith(PARTS_DIR + "/")
+    }

@@ -69,7 +69,10 @@ class ReadOnlyStorage:
         self._ops = objectops.make_ops(self.fs, "reader", self._root)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_make_readonly_storage, (self.url, dict(self.storage_options, request_timeout=self.request_timeout)))
+        return (
+            _make_readonly_storage,
+            (self.url, dict(self.storage_options, request_timeout=self.request_timeout)),
+        )
 
     def __repr__(self) -> str:
         return f"ReadOnlyStorage({self.url!r})"

@@ -236,7 +236,7 @@ class SpillJournal:
                 out[name] = Spilled(
                     base,
                     tail,
-                    (intent["size_before"], intent["length"]) if valid and base is None else None,
+                    (intent["size_before"], intent["length"]) if intent and valid and base is None else None,
                 )
         return out
 

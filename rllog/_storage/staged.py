@@ -242,7 +242,8 @@ class FsspecStorage:
 
     def _staged_view(self, name: str) -> tuple[bytes | None, bytes]:
         """(base, tail): what ``name`` becomes after upload is ``base or remote`` + ``tail``."""
-        base, tails = None, []
+        base: bytes | None = None
+        tails: list[bytes] = []
         for journal in self._journals:
             staged = journal.staged.get(name)
             if staged is not None:
@@ -271,7 +272,9 @@ class FsspecStorage:
             if base is not None:
                 return base + tail
             try:
-                remote = objectops.call_with_retry(f"read {self.url}/{name}", self._ops.read, self._path(name))
+                remote = objectops.call_with_retry(
+                    f"read {self.url}/{name}", self._ops.read, self._path(name)
+                )
             except FileNotFoundError:
                 if not tail:
                     raise FileNotFoundError(f"no such file: {self.url}/{name}") from None
@@ -311,7 +314,11 @@ class FsspecStorage:
             head = b""
             if start < min(stop, remote):
                 head = objectops.call_with_retry(
-                    f"read {self.url}/{name}", self._ops.read_range, self._path(name), start, min(stop, remote)
+                    f"read {self.url}/{name}",
+                    self._ops.read_range,
+                    self._path(name),
+                    start,
+                    min(stop, remote),
                 )
             return head + tail[max(0, start - remote) : max(0, stop - remote)]
 
@@ -398,8 +405,11 @@ class FsspecStorage:
         with self._state:
             start = self._seq
             work = sorted(
-                ((i, staged.seq, name, journal) for i, journal in enumerate(self._journals)
-                 for name, staged in journal.staged.items()),
+                (
+                    (i, staged.seq, name, journal)
+                    for i, journal in enumerate(self._journals)
+                    for name, staged in journal.staged.items()
+                ),
                 key=lambda w: w[:2],
             )
         error: BaseException | None = None

@@ -9,11 +9,11 @@ import threading
 from pathlib import Path
 
 import pytest
+from servers import unique
 
 from rllog.errors import StorageError
 from rllog.storage import FsspecStorage, LocalStorage, ReadOnlyStorage, Storage, open_storage
 from rllog.testing import FaultyStorage, StorageConformance
-from servers import unique
 
 
 class TestLocalStorage(StorageConformance):
@@ -32,14 +32,18 @@ class TestMemoryStorage(StorageConformance):
 class TestGcsStorage(StorageConformance):
     @pytest.fixture
     def storage(self, gcs_server) -> Storage:
-        return open_storage(f"gs://{gcs_server.new_bucket()}/runs/{unique('run')}", **gcs_server.storage_options())
+        return open_storage(
+            f"gs://{gcs_server.new_bucket()}/runs/{unique('run')}", **gcs_server.storage_options()
+        )
 
 
 @pytest.mark.cloud
 class TestS3Storage(StorageConformance):
     @pytest.fixture
     def storage(self, s3_server) -> Storage:
-        return open_storage(f"s3://{s3_server.new_bucket()}/runs/{unique('run')}", **s3_server.storage_options())
+        return open_storage(
+            f"s3://{s3_server.new_bucket()}/runs/{unique('run')}", **s3_server.storage_options()
+        )
 
 
 class TestFaultyStorageWithoutFaults(StorageConformance):
