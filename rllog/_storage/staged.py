@@ -66,8 +66,10 @@ class FsspecStorage:
     Args:
         url: the run's URL.
         flush_interval: seconds between background uploads.
-        flush_timeout: seconds ``flush`` waits before it gives up.
-        close_timeout: seconds ``close`` waits for the final upload.
+        flush_timeout: seconds ``flush`` waits before it gives up, unless the call
+            passes its own (``flush(timeout=...)``); kept as :attr:`flush_timeout`.
+        close_timeout: seconds ``close`` waits for the final upload, unless the call
+            passes its own (``close(timeout=...)``); kept as :attr:`close_timeout`.
         request_timeout: seconds one HTTP request may take.
         spill: keep the local spill journal (default: yes, except for ``memory://``).
         storage_options: passed to ``fsspec.core.url_to_fs`` (e.g. ``token="anon"``,
