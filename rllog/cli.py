@@ -171,7 +171,7 @@ def tail(run: str, follow: bool, n_rows: int, keys: tuple[str, ...], interval: f
     import time
 
     from rllog._read.run import MetricsTail
-    from rllog.storage import open_for_reading
+    from rllog.storage import open_storage
 
     folder, name = _metrics_location(run)
     if ("://" not in folder or folder.startswith("file://")) and not os.path.isdir(
@@ -180,7 +180,7 @@ def tail(run: str, follow: bool, n_rows: int, keys: tuple[str, ...], interval: f
         raise _CliError(
             f"no run folder at {folder}: expected a run folder or URI with metrics.jsonl, or a metrics .jsonl file"
         )
-    storage = open_for_reading(folder)
+    storage = open_storage(folder, mode="r")
     if not follow and not storage.exists(name):
         raise _CliError(
             f"no {name} in {storage.url}: expected a run folder or URI with metrics.jsonl, or a metrics .jsonl file"

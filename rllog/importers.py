@@ -22,7 +22,7 @@ from rllog._format.rows import StepResolver
 from rllog._read.foreign import TFEVENTS, Rows, tensorboard_rows, trl_rows
 from rllog._run import RunLogger
 from rllog.errors import RunFormatError
-from rllog.storage import open_for_reading, open_storage
+from rllog.storage import open_storage
 
 __all__ = ["ImportReport", "import_trl", "import_tensorboard", "trl_rows", "tensorboard_rows"]
 
@@ -47,7 +47,7 @@ def _read_source(src: str | os.PathLike[str], storage_options: dict[str, Any]) -
     if "://" not in src or src.startswith("file://"):
         return Path(src.removeprefix("file://")).expanduser().read_bytes()
     parent, _, name = src.rstrip("/").rpartition("/")
-    return open_for_reading(parent, **storage_options).read(name)
+    return open_storage(parent, mode="r", **storage_options).read(name)
 
 
 def import_trl(
@@ -92,7 +92,7 @@ def import_tensorboard(
     """
     src = os.fspath(events_dir)
     if "://" in src and not src.startswith("file://"):
-        storage = open_for_reading(src, **storage_options)
+        storage = open_storage(src, mode="r", **storage_options)
         names = [n for n in storage.list() if "/" not in n and TFEVENTS.match(n)]
         if not names:
             raise FileNotFoundError(f"{src} has no events.out.tfevents.* files")

@@ -10,7 +10,7 @@ from rllog._format.layout import CONFIG_FILE
 from rllog._format.records import REDACTED
 from rllog._format.records import TYPE_KEY as _TYPE_KEY
 from rllog.errors import ConfigError
-from rllog.storage import open_for_reading
+from rllog.storage import open_storage
 
 __all__ = ["load_config"]
 
@@ -34,7 +34,7 @@ def load_config(log_path: Any, cls: type[T] | None = None, **storage_options: An
         ConfigError: the file is not a JSON object, or chz cannot build ``cls`` from it
             (the chz message is included).
     """
-    storage = open_for_reading(log_path, **storage_options)
+    storage = open_storage(log_path, mode="r", **storage_options)
     data = decode_json(storage.read(CONFIG_FILE))
     if not isinstance(data, dict):
         raise ConfigError(f"{storage.url}/config.json: expected a JSON object, got {type(data).__name__}")

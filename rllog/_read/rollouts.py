@@ -17,7 +17,7 @@ import msgspec
 from rllog._format.layout import parse_iteration_file, safe_eval_name
 from rllog._format.records import TrajectorySummary
 from rllog.errors import RunFormatError
-from rllog.storage import Storage, open_for_reading
+from rllog.storage import Storage, open_storage
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -145,7 +145,7 @@ def read_rollouts(
         and not os.path.isdir(source)
     ):
         raise FileNotFoundError(f"no run folder or rollout summaries file at {os.fspath(source)!r}")
-    storage = source if isinstance(source, Storage) else open_for_reading(source)
+    storage = source if isinstance(source, Storage) else open_storage(source, mode="r")
     try:
         for name in _rollout_files(storage, iteration, split, eval_name):
             yield from decode_rollout_summaries(storage.read(name), f"{storage.url}/{name}")

@@ -39,7 +39,7 @@ from rllog._format.rows import StepResolver
 from rllog._format.vocab import STEP_KEYS, is_eval
 from rllog._read.foreign import trl_rows
 from rllog.errors import RunFormatError
-from rllog.storage import LocalStorage, Storage, open_for_reading
+from rllog.storage import LocalStorage, Storage, open_storage
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -497,7 +497,7 @@ def read_run(
         OSError: the storage failed.
     """
     if not isinstance(log_path, (str, os.PathLike)):
-        return Run(open_for_reading(log_path), METRICS_FILE, step_key=step_key, owns_storage=False)
+        return Run(open_storage(log_path, mode="r"), METRICS_FILE, step_key=step_key, owns_storage=False)
     url = os.fspath(log_path).removeprefix("file://")
     if "://" not in url:
         path = Path(url).expanduser()
@@ -511,14 +511,14 @@ def read_run(
         name = path.name
     else:
         parent, name = _split_url(url)
-        storage = open_for_reading(url, **storage_options)
+        storage = open_storage(url, mode="r", **storage_options)
         if "." not in name or storage.exists(METRICS_FILE) or not parent:
             if not storage.list():
                 raise FileNotFoundError(
                     f"no run at {url}: no files there (expected a folder with metrics.jsonl, a .jsonl file or trainer_state.json)"
                 )
             return Run(storage, METRICS_FILE, step_key=step_key)
-        storage = open_for_reading(parent, **storage_options)
+        storage = open_storage(parent, mode="r", **storage_options)
         if not storage.exists(name):
             raise FileNotFoundError(
                 f"no run at {url}: no such file or folder (expected a folder with metrics.jsonl, a .jsonl file or trainer_state.json)"

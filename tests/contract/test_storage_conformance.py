@@ -1,160 +1,162 @@
-"""The Storage contract (rllog/storage.py docstring), run against local disk, memory://,
-the GCS emulator and moto S3 (fixture ``storage_url`` in conftest.py)."""
+"""The Storage contract (:class:`rllog.testing.StorageConformance`) run against local disk,
+memory://, the GCS emulator and moto S3; the read-only handle; :class:`rllog.testing.FaultyStorage`."""
 
 from __future__ import annotations
 
-import pickle
+import errno
+import os
+import threading
+from pathlib import Path
 
 import pytest
+from servers import unique
 
-from rllog.storage import Storage, open_storage
+from rllog.errors import StorageError
+from rllog.storage import FsspecStorage, LocalStorage, ReadOnlyStorage, Storage, open_storage
+from rllog.testing import FaultyStorage, StorageConformance
 
 
-@pytest.fixture
-def store(storage_url):
-    url, options = storage_url
-    storage = open_storage(url, **options)
-    yield storage
+class TestLocalStorage(StorageConformance):
+    @pytest.fixture
+    def storage(self, tmp_path: Path) -> Storage:
+        return LocalStorage(tmp_path / "run")
+
+
+class TestMemoryStorage(StorageConformance):
+    @pytest.fixture
+    def storage(self) -> Storage:
+        return open_storage(f"memory://{unique('rllog-test')}/run")
+
+
+@pytest.mark.cloud
+class TestGcsStorage(StorageConformance):
+    @pytest.fixture
+    def storage(self, gcs_server) -> Storage:
+        return open_storage(
+            f"gs://{gcs_server.new_bucket()}/runs/{unique('run')}", **gcs_server.storage_options()
+        )
+
+
+@pytest.mark.cloud
+class TestS3Storage(StorageConformance):
+    @pytest.fixture
+    def storage(self, s3_server) -> Storage:
+        return open_storage(
+            f"s3://{s3_server.new_bucket()}/runs/{unique('run')}", **s3_server.storage_options()
+        )
+
+
+class TestFaultyStorageWithoutFaults(StorageConformance):
+    """A FaultyStorage that fails nothing is the storage it wraps."""
+
+    @pytest.fixture
+    def storage(self, tmp_path: Path) -> Storage:
+        return FaultyStorage(LocalStorage(tmp_path / "run"), times=0)
+
+    def test_pickles_as_configuration(self, storage: Storage) -> None:  # type(clone) is FaultyStorage too
+        super().test_pickles_as_configuration(storage)
+
+
+# ---------------------------------------------------------------------------- read-only
+
+
+def _spill_entries() -> set[str]:
+    root = Path(os.environ["RLLOG_SPILL_DIR"])
+    return {str(p.relative_to(root)) for p in root.rglob("*")} if root.exists() else set()
+
+
+@pytest.mark.cloud
+def test_reading_a_bucket_run_read_only_starts_no_thread_and_spills_nothing(gcs_server) -> None:
+    url = f"gs://{gcs_server.new_bucket()}/runs/{unique('run')}"
+    options = gcs_server.storage_options()
+    writer = FsspecStorage(url, **options)
+    writer.append("metrics.jsonl", b'{"step": 0}\n{"step": 1}\n')
+    writer.write("config.json", b"{}")
+    writer.close()
+    threads, spilled = threading.active_count(), _spill_entries()
+    for _ in range(3):
+        reader = open_storage(url, mode="r", **options)
+        assert isinstance(reader, ReadOnlyStorage) and isinstance(reader, Storage)
+        assert reader.list() == ["config.json", "metrics.jsonl"]
+        assert reader.read("metrics.jsonl") == b'{"step": 0}\n{"step": 1}\n'
+        assert reader.read_range("metrics.jsonl", 12) == b'{"step": 1}\n'
+        assert reader.size("config.json") == 2 and reader.exists("config.json") and not reader.exists("x")
+        assert reader.pending() == {}
+        reader.flush(durable=True)
+        reader.close()
+        reader.close()
+    assert threading.active_count() == threads
+    assert _spill_entries() == spilled
+
+
+def test_read_only_handle_refuses_changes_naming_url_and_call() -> None:
+    url = f"memory://{unique('rllog-test')}/run"
+    writer = open_storage(url)
+    writer.write("a.txt", b"a")
+    writer.close()
+    reader = open_storage(url, mode="r", flush_interval=1.0, spill=False)  # writer options are ignored
+    for call, do in [
+        ("write", lambda: reader.write("a.txt", b"b")),
+        ("append", lambda: reader.append("a.txt", b"b")),
+        ("truncate", lambda: reader.truncate("a.txt", 0)),
+        ("remove", lambda: reader.remove("a.txt")),
+    ]:
+        with pytest.raises(StorageError, match=f"{call}.*{url}.*read-only"):
+            do()
+    assert reader.read("a.txt") == b"a"
+    with pytest.raises(FileNotFoundError, match="nope"):
+        reader.read("nope")
+
+
+def test_open_storage_mode(tmp_path: Path) -> None:
+    local = open_storage(tmp_path / "run", mode="r")
+    assert isinstance(local, LocalStorage) and not (tmp_path / "run").exists()
+    with pytest.raises(ValueError, match="'w'.*'r'.*'a'"):
+        open_storage(tmp_path / "run", mode="a")  # type: ignore[arg-type]  # a wrong mode on purpose
+
+
+# ---------------------------------------------------------------------------- FaultyStorage
+
+
+def test_faulty_storage_fails_the_next_appends_then_passes_through(tmp_path: Path) -> None:
+    storage = FaultyStorage(LocalStorage(tmp_path / "run"), fail_on={"append"}, times=2)
+    for i in range(2):
+        with pytest.raises(OSError) as info:
+            storage.append("m.jsonl", b"%d\n" % i)
+        assert info.value.errno == errno.ENOSPC and "m.jsonl" in str(info.value)
+    storage.append("m.jsonl", b"2\n")
+    storage.write("c.json", b"{}")  # not in fail_on
+    assert storage.read("m.jsonl") == b"2\n" and storage.failures == 2 and storage.calls == 3
+    storage.fail(times=None)
+    with pytest.raises(OSError):
+        storage.append("m.jsonl", b"3\n")
+    storage.heal()
+    storage.append("m.jsonl", b"4\n")
     storage.close()
+    assert LocalStorage(tmp_path / "run").read("m.jsonl") == b"2\n4\n"
 
 
-def reopen(storage_url) -> Storage:
-    url, options = storage_url
-    return open_storage(url, **options)
+def test_faulty_storage_custom_error_and_validation(tmp_path: Path) -> None:
+    storage = FaultyStorage(
+        LocalStorage(tmp_path / "run"),
+        fail_on={"flush"},
+        error=lambda op, target: StorageError(f"{op} of {target}: bucket unreachable"),
+    )
+    with pytest.raises(StorageError, match="flush of .*run: bucket unreachable"):
+        storage.flush(durable=True)
+    storage.flush(durable=True)
+    with pytest.raises(ValueError, match="unknown storage calls"):
+        FaultyStorage(storage, fail_on={"appendd"})
 
 
-def test_is_a_storage_with_its_url(store, storage_url):
-    assert isinstance(store, Storage)
-    assert store.url.rstrip("/") == storage_url[0].rstrip("/")
+def test_run_logger_survives_a_full_disk(tmp_path: Path) -> None:
+    from rllog.reader import read_run
+    from rllog.run_logger import RunLogger
 
-
-def test_write_then_read_returns_the_bytes(store):
-    data = bytes(range(256)) * 3
-    store.write("config.json", data)
-    assert store.read("config.json") == data
-    assert store.size("config.json") == 768
-    store.write("config.json", b"{}")
-    assert store.read("config.json") == b"{}"
-
-
-def test_write_nested_name_and_list(store):
-    store.write("b.txt", b"b")
-    store.write("sub/dir/a.txt", b"a")
-    store.append("a.jsonl", b"{}\n")
-    assert store.list() == ["a.jsonl", "b.txt", "sub/dir/a.txt"]
-    assert store.list("sub/") == ["sub/dir/a.txt"]
-    assert store.list("zzz") == []
-
-
-def test_append_keeps_order_across_flushes(store):
-    rows = [b'{"step": %d}\n' % i for i in range(30)]
-    for i, row in enumerate(rows):
-        store.append("metrics.jsonl", row)
-        if i % 7 == 3:
-            store.flush()
-    assert store.read("metrics.jsonl") == b"".join(rows)
-    store.flush(durable=True)
-    assert store.read("metrics.jsonl") == b"".join(rows)
-    assert store.size("metrics.jsonl") == sum(map(len, rows))
-
-
-def test_appended_bytes_are_visible_to_a_new_handle_after_flush(store, storage_url):
-    store.append("metrics.jsonl", b"1\n")
-    store.append("metrics.jsonl", b"2\n")
-    store.flush(durable=True)
-    other = reopen(storage_url)
-    try:
-        assert other.read("metrics.jsonl") == b"1\n2\n"
-        other.append("metrics.jsonl", b"3\n")
-        other.flush(durable=True)
-    finally:
-        other.close()
-    store.append("metrics.jsonl", b"4\n")
-    store.close()
-    assert reopen(storage_url).read("metrics.jsonl") == b"1\n2\n3\n4\n"
-
-
-def test_write_replaces_earlier_appends_and_later_appends_follow(store, storage_url):
-    store.append("metrics.jsonl", b"old\n")
-    store.flush()
-    store.append("metrics.jsonl", b"staged\n")
-    store.write("metrics.jsonl", b"new\n")
-    store.append("metrics.jsonl", b"after\n")
-    assert store.read("metrics.jsonl") == b"new\nafter\n"
-    store.close()
-    assert reopen(storage_url).read("metrics.jsonl") == b"new\nafter\n"
-
-
-def test_read_range(store):
-    store.write("x.bin", b"0123456789")
-    store.append("x.bin", b"abc")
-    assert store.read_range("x.bin", 0, 3) == b"012"
-    assert store.read_range("x.bin", 8) == b"89abc"
-    assert store.read_range("x.bin", 9, 11) == b"9a"
-    assert store.read_range("x.bin", 11, 100) == b"bc"
-    assert store.read_range("x.bin", 20) == b""
-
-
-def test_exists_and_remove(store):
-    assert not store.exists("a.txt")
-    store.write("a.txt", b"a")
-    store.append("b.jsonl", b"b\n")
-    assert store.exists("a.txt") and store.exists("b.jsonl")
-    store.flush()
-    store.remove("a.txt")
-    store.remove("b.jsonl")
-    assert not store.exists("a.txt") and not store.exists("b.jsonl")
-    assert store.list() == []
-
-
-def test_missing_files_raise_file_not_found_naming_the_url(store):
-    for call in (
-        lambda: store.read("nope.txt"),
-        lambda: store.size("nope.txt"),
-        lambda: store.remove("nope.txt"),
-    ):
-        with pytest.raises(FileNotFoundError, match="nope.txt"):
-            call()
-    with pytest.raises(FileNotFoundError):
-        store.read_range("nope.txt", 0, 1)
-
-
-@pytest.mark.parametrize("name", ["../escape", "/abs", "a\\b", "a//b", "a/./b", "", "x\x00y", "dir/"])
-def test_bad_names_are_refused(store, name):
-    with pytest.raises(ValueError):
-        store.write(name, b"x")
-    with pytest.raises(ValueError):
-        store.append(name, b"x")
-
-
-def test_pickles_as_configuration(store, storage_url):
-    store.append("metrics.jsonl", b"1\n")
-    store.flush()
-    clone = pickle.loads(pickle.dumps(store))
-    try:
-        assert type(clone) is type(store) and clone.url == store.url
-        assert clone.read("metrics.jsonl") == b"1\n"
-        assert len(pickle.dumps(store)) < 2000  # configuration, not state
-    finally:
-        clone.close()
-
-
-def test_close_is_idempotent_and_flushes(store, storage_url):
-    store.append("checkpoints.jsonl", b'{"name": "000010"}\n')
-    store.close()
-    store.close()
-    assert reopen(storage_url).read("checkpoints.jsonl") == b'{"name": "000010"}\n'
-
-
-def test_empty_append_creates_nothing_visible_twice(store):
-    store.append("m.jsonl", b"a\n")
-    store.append("m.jsonl", b"")
-    store.flush()
-    assert store.read("m.jsonl") == b"a\n"
-
-
-def test_large_whole_file_is_atomic_and_exact(store):
-    data = b"<html>" + b"x" * (3 * 2**20) + b"</html>"
-    store.write("train_iteration_000001.html", data)
-    store.flush()
-    assert store.read("train_iteration_000001.html") == data
+    storage = FaultyStorage(LocalStorage(tmp_path / "run"), fail_on={"append"}, times=3)
+    with pytest.warns(RuntimeWarning):
+        with RunLogger(storage, code_diff=False, index=False) as logger:
+            for step in range(10):
+                logger.log_metrics(step, {"loss": 1.0 / (step + 1)})
+    assert storage.failures == 3
+    assert len(read_run(tmp_path / "run").metrics) >= 1

@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rllog import logtree
+from rllog._templates import environment, template_dir
 from rllog.logtree._io import html_bytes
 from rllog.logtree._render import MAX_HTML_CHARS
-from rllog._templates import environment, template_dir
 from rllog.storage import LocalStorage, open_storage
 
 # a small DOM from the stdlib parser

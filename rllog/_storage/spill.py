@@ -18,6 +18,14 @@ records an upload that was in flight (``tail[offset:offset+length]`` sent to lan
 ``size_before``): the recovering writer checks whether it landed before re-sending it.
 A folder whose lock nobody holds belongs to a dead writer and is adopted by the next
 writer of the same URL on this machine, which uploads its bytes before its own.
+
+What a crash loses: nothing that ``append`` wrote (it is in the OS when ``append``
+returns); a torn last row (killed mid-``os.write``) is dropped by :meth:`SpillJournal.load`.
+A power loss can lose what the OS had not written out (the journal does not fsync).
+
+The staged storage talks to a journal through :class:`Journal`; :data:`NULL_JOURNAL`
+is the journal of a writer without one (``memory://``, ``spill=False``, or after a
+local disk error), so the storage calls it unconditionally.
 """
 
 from __future__ import annotations
@@ -29,9 +37,10 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 from urllib.parse import quote, unquote
 
-from rllog._fileio import write_all
+from rllog._storage.fileio import write_all
 
 try:
     import fcntl
@@ -40,6 +49,71 @@ except ImportError:  # Windows: no adoption of dead writers' journals
 
 DEFAULT_ROOT = "~/.cache/rllog/spill"
 
+__all__ = ["Journal", "NullJournal", "NULL_JOURNAL", "SpillJournal", "Spilled", "spill_root", "run_folder"]
+
+
+class Journal(Protocol):
+    """What the staged storage records in a spill journal. Calls are serialized by the
+    caller. Every method raises ``OSError`` on a local disk error (the caller then
+    switches to :data:`NULL_JOURNAL` and keeps the bytes in memory only)."""
+
+    @property
+    def folder(self) -> Path | None:
+        """The journal's folder, or None for a writer without one."""
+        ...
+
+    def append(self, name: str, data: bytes) -> None:
+        """Record ``data`` appended to ``name`` (in the OS when this returns)."""
+        ...
+
+    def stage_write(self, name: str, data: bytes) -> None:
+        """Record ``data`` as the whole new content of ``name`` (drops earlier appends)."""
+        ...
+
+    def set_intent(self, name: str, size_before: int, length: int) -> None:
+        """Record that ``length`` bytes of ``name`` are being uploaded to land after byte ``size_before``."""
+        ...
+
+    def committed(self, name: str, nbytes: int, base_done: bool, now_empty: bool) -> None:
+        """Record that ``nbytes`` of the tail (and the base, if ``base_done``) are uploaded."""
+        ...
+
+    def remove_name(self, name: str) -> None:
+        """Forget everything recorded for ``name``."""
+        ...
+
+    def close(self, discard: bool) -> None:
+        """Release the journal; ``discard`` deletes what it holds (everything was uploaded)."""
+        ...
+
+
+class NullJournal:
+    """The journal of a writer without one: records nothing, never fails."""
+
+    folder: Path | None = None
+
+    def append(self, name: str, data: bytes) -> None:
+        pass
+
+    def stage_write(self, name: str, data: bytes) -> None:
+        pass
+
+    def set_intent(self, name: str, size_before: int, length: int) -> None:
+        pass
+
+    def committed(self, name: str, nbytes: int, base_done: bool, now_empty: bool) -> None:
+        pass
+
+    def remove_name(self, name: str) -> None:
+        pass
+
+    def close(self, discard: bool) -> None:
+        pass
+
+
+#: The shared :class:`NullJournal` (it holds no state).
+NULL_JOURNAL = NullJournal()
+
 
 def spill_root() -> Path:
     """``$RLLOG_SPILL_DIR`` or ``~/.cache/rllog/spill``."""
@@ -47,6 +121,7 @@ def spill_root() -> Path:
 
 
 def run_folder(root: Path, url: str) -> Path:
+    """The folder under ``root`` holding the journals of every writer of ``url``."""
     return root / hashlib.sha256(url.encode()).hexdigest()[:16]
 
 
@@ -80,7 +155,7 @@ class SpillJournal:
         self.folder = folder
         self._lock_fd: int | None = lock_fd
         self._fds: dict[str, int] = {}
-        self._state: dict[str, dict] = {}
+        self._state: dict[str, dict[str, Any]] = {}
 
     @classmethod
     def create(cls, run_dir: Path, writer_id: str, url: str) -> SpillJournal:
@@ -88,7 +163,8 @@ class SpillJournal:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "url").write_text(url + "\n")
         fd = _lock(folder / "lock")
-        assert fd is not None, f"spill folder {folder} is locked by another process"
+        if fd is None:  # writer ids are unique per process: only a reused id gets here
+            raise OSError(f"spill folder {folder} is locked by another process")
         return cls(folder, fd)
 
     @classmethod
@@ -118,7 +194,7 @@ class SpillJournal:
             self._fds[name] = fd
         return fd
 
-    def _get_state(self, name: str) -> dict:
+    def _get_state(self, name: str) -> dict[str, Any]:
         state = self._state.get(name)
         if state is None:
             try:
@@ -160,7 +236,7 @@ class SpillJournal:
                 out[name] = Spilled(
                     base,
                     tail,
-                    (intent["size_before"], intent["length"]) if valid and base is None else None,
+                    (intent["size_before"], intent["length"]) if intent and valid and base is None else None,
                 )
         return out
 

@@ -26,6 +26,8 @@ rows, and so that two writers appending to one object never lose each other's ro
 Errors are sorted by :func:`classify` into ``"conflict"`` (a precondition failed:
 retry at once), ``"permanent"`` (no bucket, no permission: retrying will not help) and
 ``"transient"`` (everything else: 429, 5xx, timeouts, resets; retry with backoff).
+:func:`call_with_retry` is the read path's short retry loop, shared by the staged
+(writer) and read-only storages.
 """
 
 from __future__ import annotations
@@ -35,7 +37,11 @@ import threading
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+from rllog.errors import StorageError, StoragePermanentError
+
+_T = TypeVar("_T")
 
 #: GCS limits (https://cloud.google.com/storage/docs/composite-objects).
 GCS_MAX_COMPONENTS = 1024
@@ -68,10 +74,16 @@ class ObjectStat:
 
 
 #: botocore/google-auth errors that come before any request reaches the server
-_PERMANENT_CLIENT_ERRORS = frozenset({
-    "NoCredentialsError", "PartialCredentialsError", "ParamValidationError", "InvalidBucketName",
-    "DefaultCredentialsError", "RefreshError",
-})
+_PERMANENT_CLIENT_ERRORS = frozenset(
+    {
+        "NoCredentialsError",
+        "PartialCredentialsError",
+        "ParamValidationError",
+        "InvalidBucketName",
+        "DefaultCredentialsError",
+        "RefreshError",
+    }
+)
 
 
 def classify(exc: BaseException) -> str:
@@ -98,6 +110,34 @@ def classify(exc: BaseException) -> str:
     if isinstance(exc, ValueError) and message.startswith("Bad Request"):
         return "permanent"
     return "transient"
+
+
+def call_with_retry(what: str, fn: Callable[..., _T], *args: Any) -> _T:
+    """``fn(*args)``, retried up to 5 attempts (~3 s of exponential backoff with jitter) on
+    transient errors.
+
+    Raises:
+        FileNotFoundError: as ``fn`` raised it (never retried).
+        StoragePermanentError: ``fn`` failed with a permanent error (see :func:`classify`).
+        StorageError: ``fn`` still failed after the last attempt; the message starts
+            with ``what`` (which should name the URL).
+    """
+    from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
+
+    try:
+        return Retrying(
+            retry=retry_if_exception(
+                lambda e: not isinstance(e, FileNotFoundError) and classify(e) != "permanent"
+            ),
+            wait=wait_exponential(multiplier=0.2, max=5) + wait_random(0, 0.2),
+            stop=stop_after_attempt(5),
+            reraise=True,
+        )(fn, *args)
+    except FileNotFoundError:
+        raise
+    except Exception as exc:
+        cls = StoragePermanentError if classify(exc) == "permanent" else StorageError
+        raise cls(f"{what} failed: {type(exc).__name__}: {exc}") from exc
 
 
 def _s3_code(exc: BaseException) -> str | None:
@@ -384,9 +424,13 @@ class S3Ops(ObjectOps):
             async with out["Body"] as stream:
                 return await stream.read()
 
-        return sync(self.fs.loop, read) if asyncio.iscoroutinefunction(out["Body"].read) else out["Body"].read()
+        return (
+            sync(self.fs.loop, read) if asyncio.iscoroutinefunction(out["Body"].read) else out["Body"].read()
+        )
 
-    def _multipart(self, path: str, stat: ObjectStat, data: bytes, before_send: Callable[[int], None]) -> None:
+    def _multipart(
+        self, path: str, stat: ObjectStat, data: bytes, before_send: Callable[[int], None]
+    ) -> None:
         where = self._split(path)
         upload = self.fs.call_s3("create_multipart_upload", **where)["UploadId"]
         try:
@@ -448,3 +492,23 @@ def backend_options(protocol: str, options: dict[str, Any], request_timeout: flo
         config.setdefault("read_timeout", request_timeout)
         out["config_kwargs"] = config
     return out
+
+
+def list_names(fs: Any, root: str, url: str) -> set[str]:
+    """Names (relative to ``root``) of the objects under ``root``, part objects
+    (``.rllog-parts/``) excluded; empty if nothing is there. Retried as
+    :func:`call_with_retry`."""
+
+    def find() -> list[str]:
+        try:
+            return list(fs.find(root))
+        except FileNotFoundError:
+            return []
+
+    prefix = root + "/"
+    found = call_with_retry(f"list {url}", find)
+    return {
+        p[len(prefix) :]
+        for p in found
+        if p.startswith(prefix) and not p[len(prefix) :].startswith(PARTS_DIR + "/")
+    }

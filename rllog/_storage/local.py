@@ -1,0 +1,171 @@
+"""LocalStorage: a run folder on local disk."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from rllog._storage.base import check_name
+from rllog._storage.fileio import write_all
+from rllog.errors import StorageError
+
+__all__ = ["LocalStorage"]
+
+
+class LocalStorage:
+    """A run folder on local disk.
+
+    ``append`` keeps one ``O_APPEND`` descriptor per file and calls ``os.write``: the
+    bytes are in the OS page cache when it returns (~3.5 us for a 2 KB row), so a
+    killed process loses nothing; a power loss can lose what was not fsynced, which
+    ``flush(durable=True)`` (checkpoints, close) does. ``write`` is atomic: a temp file
+    in the same folder, fsync, ``os.replace``; a crash leaves the old file (and at most
+    a ``.tmp`` file, never listed).
+
+    Nothing is created until the first write or append: opening a mistyped path for
+    reading leaves no folder behind.
+
+    Raises ``OSError`` subclasses from the OS as they are (``FileNotFoundError``,
+    ``PermissionError``, ``OSError(ENOSPC)``), with the path in the message.
+    """
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root).expanduser().absolute()
+        self.url = str(self.root)
+        self._fds: dict[str, int] = {}
+        self._lock = threading.Lock()  # guards _fds
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (LocalStorage, (str(self.root),))
+
+    def __repr__(self) -> str:
+        return f"LocalStorage({self.url!r})"
+
+    def path(self, name: str) -> Path:
+        """The local path of ``name`` (checked with :func:`check_name`)."""
+        return self.root / check_name(name)
+
+    def read(self, name: str) -> bytes:
+        """The whole file. Raises FileNotFoundError (naming the path), OSError."""
+        return self.path(name).read_bytes()
+
+    def read_range(self, name: str, start: int, end: int | None = None) -> bytes:
+        """Bytes ``[start, end)`` (``end=None``: to the end), clipped to the file's size."""
+        with open(self.path(name), "rb") as f:
+            f.seek(start)
+            return f.read() if end is None else f.read(max(0, end - start))
+
+    def size(self, name: str) -> int:
+        """Bytes in the file. Raises FileNotFoundError."""
+        return self.path(name).stat().st_size
+
+    def write(self, name: str, data: bytes) -> None:
+        """Replace ``name`` atomically and durably (temp file, fsync, ``os.replace``).
+        Raises OSError (``ENOSPC``...) with the old content kept."""
+        path = self.path(name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        with self._lock:  # a later append must go to the new file, not the replaced one
+            fd = self._fds.pop(name, None)
+        if fd is not None:
+            os.close(fd)
+
+    def append_fd(self, name: str) -> int:
+        """The kept-open ``O_APPEND`` descriptor of ``name``, opened on first use."""
+        fd = self._fds.get(name)
+        if fd is None:
+            with self._lock:
+                fd = self._fds.get(name)
+                if fd is None:
+                    path = self.path(name)
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                    self._fds[name] = fd
+        return fd
+
+    def append(self, name: str, data: bytes) -> None:
+        """``os.write`` ``data`` at the end of ``name``: in the OS when this returns, so a
+        killed process loses nothing; a power loss may lose what was not fsynced."""
+        write_all(self.append_fd(name), data)
+
+    def truncate(self, name: str, size: int) -> None:
+        """Cut ``name`` to ``size`` bytes in place (same file, so open descriptors stay
+        valid). Not atomic against a crash, which may leave the longer file.
+
+        Raises:
+            FileNotFoundError: no such file.
+            ValueError: ``size`` is negative or larger than the file.
+        """
+        current = self.size(name)
+        if not 0 <= size <= current:
+            raise ValueError(f"cannot truncate {self.url}/{name} ({current} bytes) to {size} bytes")
+        os.truncate(self.path(name), size)
+
+    def exists(self, name: str) -> bool:
+        """True if ``name`` is a file."""
+        return self.path(name).is_file()
+
+    def list(self, prefix: str = "") -> list[str]:
+        """Names of the files under the folder starting with ``prefix``, sorted (``.tmp``
+        files of writes in progress excluded)."""
+        out: list[str] = []
+        for dirpath, _dirnames, filenames in os.walk(self.root):
+            rel = os.path.relpath(dirpath, self.root)
+            for fn in filenames:
+                name = fn if rel == "." else f"{rel}/{fn}".replace(os.sep, "/")
+                if name.startswith(prefix) and not fn.endswith(".tmp"):
+                    out.append(name)
+        return sorted(out)
+
+    def remove(self, name: str) -> None:
+        """Delete ``name``. Raises FileNotFoundError."""
+        with self._lock:
+            fd = self._fds.pop(name, None)
+        if fd is not None:
+            os.close(fd)
+        self.path(name).unlink()
+
+    def pending(self) -> dict[str, int]:
+        """Always ``{}``: appends reach the OS before they return."""
+        return {}
+
+    def flush(self, durable: bool = False, timeout: float | None = None) -> None:
+        """With ``durable``, fsync every file appended to; ``timeout`` is ignored (an
+        fsync cannot be given up on).
+
+        Raises:
+            StorageError: an fsync failed (EIO, ENOSPC...): what was appended may not be
+                on disk.
+        """
+        if durable:
+            with self._lock:  # write/remove close descriptors under this lock
+                for name, fd in self._fds.items():
+                    try:
+                        os.fsync(fd)
+                    except OSError as exc:
+                        raise StorageError(f"fsync of {self.url}/{name} failed: {exc}") from exc
+
+    def close(self, timeout: float | None = None) -> None:
+        """fsync and close every descriptor. Idempotent; ``timeout`` is ignored.
+
+        Raises:
+            StorageError: (after closing every descriptor) an fsync failed.
+        """
+        try:
+            self.flush(durable=True)
+        finally:
+            with self._lock:
+                fds, self._fds = self._fds, {}
+            for fd in fds.values():
+                os.close(fd)

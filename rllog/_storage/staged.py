@@ -1,0 +1,651 @@
+"""FsspecStorage: a writer of a run under an object-store URL.
+
+Appends and writes are staged (memory and a local spill journal, :mod:`rllog._storage.spill`)
+and uploaded by one background thread per handle; ``flush`` is a barrier that waits
+for everything staged before it. How each object store grows a file is in
+:mod:`rllog._storage.objectops`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import random
+import secrets
+import socket
+import threading
+import time
+import warnings
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from rllog._storage import objectops
+from rllog._storage.base import check_name
+from rllog._storage.spill import NULL_JOURNAL, Journal, SpillJournal, run_folder, spill_root
+from rllog.errors import StorageError, StoragePermanentError
+
+__all__ = ["FsspecStorage"]
+
+
+class FsspecStorage:
+    """A run under an object-store URL (``gs://``, ``s3://``, ``memory://``, any fsspec URL).
+
+    Writes never wait on the network. ``append`` and ``write`` stage bytes in memory
+    and in a local spill journal (``$RLLOG_SPILL_DIR`` or ``~/.cache/rllog/spill/``,
+    see :mod:`rllog._storage.spill`; ~5 us a row) and return; a background thread uploads them
+    every ``flush_interval`` seconds, and ``flush``/``close`` wait for it. Every upload
+    of one file is one coalesced request (or two), so an object gets at most one write
+    per flush, well under GCS's ~1 write/s/object.
+
+    Upload cost (:mod:`rllog._storage.objectops`): on GCS the new bytes only (a part object composed
+    onto the file server-side; re-based once per ~1,000 flushes); on S3 the whole file
+    per flush below 5 MiB, the new bytes only above (multipart copy); elsewhere the whole
+    file per flush. ``write`` is one PUT of the whole file: atomic.
+
+    Failures: 429, 5xx, timeouts and dropped connections are retried with exponential
+    backoff and jitter, forever, while the rows stay in memory and in the spill journal;
+    the first failure of an outage is reported once as a ``RuntimeWarning``. A missing
+    bucket or a refused permission is detected at open (``StoragePermanentError``)
+    when listing the run can tell. An upload that may or may not have happened (a
+    dropped connection) is checked against the object before it is re-sent, so rows are
+    not duplicated.
+
+    What a crash loses: nothing that reached the spill journal if the run is reopened on
+    the same machine (the next writer of this URL uploads a dead writer's journal before
+    its own rows); otherwise at most the rows of one flush interval.
+
+    Many writers: each handle (each process, or each unpickled copy) is its own writer.
+    On GCS and S3, two writers appending to one object keep each other's rows (GCS:
+    compose with ``ifGenerationMatch``; S3: ``If-Match``/``If-None-Match``). The tests
+    run this against the GCS emulator behind a proxy that enforces the generation
+    preconditions the emulator ignores, and against moto, which enforces them on PUT
+    (not on completing a multipart upload, so S3 objects over 5 MiB with two writers
+    rely on real S3). Other backends are single-writer per object.
+
+    Args:
+        url: the run's URL.
+        flush_interval: seconds between background uploads.
+        flush_timeout: seconds ``flush`` waits before it gives up, unless the call
+            passes its own (``flush(timeout=...)``); kept as :attr:`flush_timeout`.
+        close_timeout: seconds ``close`` waits for the final upload, unless the call
+            passes its own (``close(timeout=...)``); kept as :attr:`close_timeout`.
+        request_timeout: seconds one HTTP request may take.
+        spill: keep the local spill journal (default: yes, except for ``memory://``).
+        storage_options: passed to ``fsspec.core.url_to_fs`` (e.g. ``token="anon"``,
+            ``endpoint_url=...``, ``client_kwargs=...``).
+
+    Raises:
+        StoragePermanentError: at open, if the bucket does not exist or may not be read.
+        ImportError: if the backend's package (``gcsfs``, ``s3fs``) is missing.
+    """
+
+    #: Backoff between retries of a failed upload: ``backoff_initial * 2**n`` seconds, at
+    #: most ``backoff_max``, times a random factor in [0.5, 1].
+    backoff_initial = 0.5
+    backoff_max = 30.0
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        flush_interval: float = 5.0,
+        flush_timeout: float = 30.0,
+        close_timeout: float = 60.0,
+        request_timeout: float = 30.0,
+        spill: bool | None = None,
+        **storage_options: Any,
+    ) -> None:
+        if flush_interval <= 0 or flush_timeout <= 0 or close_timeout <= 0 or request_timeout <= 0:
+            raise ValueError(
+                f"flush_interval, flush_timeout, close_timeout, request_timeout must be > 0 seconds, got "
+                f"{flush_interval}, {flush_timeout}, {close_timeout}, {request_timeout}"
+            )
+        self.url = url.rstrip("/")
+        self.storage_options = storage_options
+        self.flush_interval = flush_interval
+        self.flush_timeout = flush_timeout
+        self.close_timeout = close_timeout
+        self.request_timeout = request_timeout
+        self.spill = spill
+        self._open(adopt=True)
+
+    def _open(self, adopt: bool) -> None:
+        import fsspec
+
+        protocol = self.url.split("://", 1)[0]
+        options = objectops.backend_options(protocol, self.storage_options, self.request_timeout)
+        self.fs, root = fsspec.core.url_to_fs(self.url, **options)
+        self._root = root.rstrip("/")
+        writer_id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+        self._ops = objectops.make_ops(self.fs, writer_id, self._root)
+        self._pid = os.getpid()
+        self._state = threading.Lock()  # staged bytes and counters
+        self._wake = threading.Condition(self._state)
+        self._commit = threading.Lock()  # one upload attempt at a time; readers wait for it
+        self._stop = threading.Event()  # close gave up waiting: abandon retries
+        self._poke = threading.Event()  # cuts a retry's backoff short (flush, close)
+        self._seq = 0  # appends/writes so far
+        self._uploaded_seq = 0  # everything up to this one is uploaded
+        self._last_cycle: tuple[int, BaseException | None] = (0, None)  # (start seq, error)
+        self._kicked = self._closing = self._closed = False
+        self._warned: set[str] = set()
+        self._names_ok: set[str] = set()
+        self._probe()
+        journals: list[_Journal] = []
+        if self.spill if self.spill is not None else protocol != "memory":
+            run_dir = run_folder(spill_root(), self.url)
+            for orphan in SpillJournal.orphans(run_dir) if adopt else []:
+                journal = _Journal(orphan)
+                for name, spilled in orphan.load().items():
+                    journal.staged[name] = _Staged(self._seq + 1, spilled.base, spilled.tail, spilled.intent)
+                    self._seq += 1
+                journals.append(journal)
+            journals.append(_Journal(SpillJournal.create(run_dir, writer_id, self.url)))
+        else:
+            journals.append(_Journal(NULL_JOURNAL))
+        self._journals = journals
+        self._thread = threading.Thread(target=self._run, name=f"rllog-upload {self.url}", daemon=True)
+        self._thread.start()
+        _OPEN_STORAGES.add(self)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        options = dict(
+            self.storage_options,
+            flush_interval=self.flush_interval,
+            flush_timeout=self.flush_timeout,
+            close_timeout=self.close_timeout,
+            request_timeout=self.request_timeout,
+            spill=self.spill,
+        )
+        return (_make_fsspec_storage, (self.url, options))
+
+    def __repr__(self) -> str:
+        return f"FsspecStorage({self.url!r})"
+
+    # ------------------------------------------------------------------ staging
+
+    def _path(self, name: str) -> str:
+        return f"{self._root}/{name}"
+
+    def _check(self, name: str) -> None:
+        if name not in self._names_ok:
+            check_name(name)
+            self._names_ok.add(name)
+        if self._closed:
+            raise ValueError(f"{self!r} is closed; open a new storage to write to {self.url}/{name}")
+        if self._pid != os.getpid():  # a forked child: a fresh writer; the parent uploads its own rows
+            self._open(adopt=False)
+
+    def _spill(self, journal: _Journal, record: Callable[[Journal], None]) -> None:
+        """``record(journal.spill)``; on a local disk error (``OSError``) warn once and keep
+        going in memory only (the journal becomes :data:`NULL_JOURNAL`)."""
+        try:
+            record(journal.spill)
+        except OSError as exc:
+            self._warn_once(
+                "spill",
+                f"rllog: local spill journal {journal.spill.folder} failed ({exc}); "
+                "staged rows are now kept in memory only, and a crash loses them",
+            )
+            journal.spill = NULL_JOURNAL
+
+    def append(self, name: str, data: bytes) -> None:
+        """Stage ``data`` for the end of ``name``; returns without touching the network."""
+        self._check(name)
+        if not data:
+            return
+        with self._state:
+            journal = self._journals[-1]
+            staged = journal.staged.get(name)
+            self._seq += 1
+            if staged is None:
+                staged = journal.staged[name] = _Staged(self._seq, None, b"", None)
+            staged.tail += data
+            self._spill(journal, lambda spill: spill.append(name, data))
+
+    def write(self, name: str, data: bytes) -> None:
+        """Stage ``data`` as the whole new content of ``name`` (uploaded in one PUT:
+        readers see the old file or the new one). Appends staged before it are dropped."""
+        self._check(name)
+        data = bytes(data)
+        with self._state:
+            self._drop(name)
+            self._seq += 1
+            journal = self._journals[-1]
+            journal.staged[name] = _Staged(self._seq, data, b"", None)
+            self._spill(journal, lambda spill: spill.stage_write(name, data))
+
+    def truncate(self, name: str, size: int) -> None:
+        """Cut ``name`` to its first ``size`` bytes: the prefix is staged as a
+        :meth:`write` (one PUT of ``size`` bytes at the next upload, atomic). Appends
+        by this handle racing with it from other threads may be lost.
+
+        Raises:
+            FileNotFoundError: no such file.
+            ValueError: ``size`` is negative or larger than the file.
+            StorageError: reading the file failed.
+        """
+        data = self.read(name)
+        if not 0 <= size <= len(data):
+            raise ValueError(f"cannot truncate {self.url}/{name} ({len(data)} bytes) to {size} bytes")
+        self.write(name, data[:size])
+
+    def _drop(self, name: str) -> bool:
+        """Forget everything staged for ``name`` (under ``_state``); True if there was some."""
+        had = False
+        for journal in self._journals:
+            staged = journal.staged.pop(name, None)
+            if staged is not None:
+                had = had or staged.base is not None or bool(staged.tail)
+                staged.epoch += 1  # an upload in flight must not update it
+                self._spill(journal, lambda spill: spill.remove_name(name))
+        return had
+
+    def _staged_view(self, name: str) -> tuple[bytes | None, bytes]:
+        """(base, tail): what ``name`` becomes after upload is ``base or remote`` + ``tail``."""
+        base: bytes | None = None
+        tails: list[bytes] = []
+        for journal in self._journals:
+            staged = journal.staged.get(name)
+            if staged is not None:
+                if staged.base is not None:
+                    base, tails = staged.base, []
+                tails.append(bytes(staged.tail))
+        return base, b"".join(tails)
+
+    def pending(self) -> dict[str, int]:
+        """Bytes staged and not yet uploaded, per file name."""
+        with self._state:
+            out: dict[str, int] = {}
+            for journal in self._journals:
+                for name, staged in journal.staged.items():
+                    out[name] = out.get(name, 0) + len(staged.base or b"") + len(staged.tail)
+            return {name: n for name, n in out.items() if n}
+
+    # ------------------------------------------------------------------ reading
+
+    def read(self, name: str) -> bytes:
+        """The whole file, staged bytes included. Raises FileNotFoundError, StorageError."""
+        check_name(name)
+        with self._commit:
+            with self._state:
+                base, tail = self._staged_view(name)
+            if base is not None:
+                return base + tail
+            try:
+                remote = objectops.call_with_retry(
+                    f"read {self.url}/{name}", self._ops.read, self._path(name)
+                )
+            except FileNotFoundError:
+                if not tail:
+                    raise FileNotFoundError(f"no such file: {self.url}/{name}") from None
+                remote = b""
+            return remote + tail
+
+    def _remote_size(self, name: str) -> int | None:
+        stat = objectops.call_with_retry(f"stat {self.url}/{name}", self._ops.stat, self._path(name))
+        return None if stat is None else stat.size
+
+    def size(self, name: str) -> int:
+        """Bytes in the file, staged bytes included. Raises FileNotFoundError."""
+        check_name(name)
+        with self._commit:
+            with self._state:
+                base, tail = self._staged_view(name)
+            if base is not None:
+                return len(base) + len(tail)
+            remote = self._remote_size(name)
+            if remote is None and not tail:
+                raise FileNotFoundError(f"no such file: {self.url}/{name}")
+            return (remote or 0) + len(tail)
+
+    def read_range(self, name: str, start: int, end: int | None = None) -> bytes:
+        """Bytes ``[start, end)`` of the file (``end=None``: to the end; clipped to the size)."""
+        check_name(name)
+        with self._commit:
+            with self._state:
+                base, tail = self._staged_view(name)
+            if base is not None:
+                return (base + tail)[start:end]
+            remote = self._remote_size(name)
+            if remote is None and not tail:
+                raise FileNotFoundError(f"no such file: {self.url}/{name}")
+            remote = remote or 0
+            stop = remote + len(tail) if end is None else min(end, remote + len(tail))
+            head = b""
+            if start < min(stop, remote):
+                head = objectops.call_with_retry(
+                    f"read {self.url}/{name}",
+                    self._ops.read_range,
+                    self._path(name),
+                    start,
+                    min(stop, remote),
+                )
+            return head + tail[max(0, start - remote) : max(0, stop - remote)]
+
+    def exists(self, name: str) -> bool:
+        check_name(name)
+        with self._state:
+            base, tail = self._staged_view(name)
+        if base is not None or tail:
+            return True
+        return self._remote_size(name) is not None
+
+    def list(self, prefix: str = "") -> list[str]:
+        """Names of files under the run starting with ``prefix``, sorted (staged ones too)."""
+        names = objectops.list_names(self.fs, self._root, self.url)
+        with self._state:
+            for journal in self._journals:
+                names.update(n for n, s in journal.staged.items() if s.base is not None or s.tail)
+        return sorted(n for n in names if n.startswith(prefix))
+
+    def remove(self, name: str) -> None:
+        """Delete the file now (staged bytes included). Raises FileNotFoundError."""
+        self._check(name)
+        with self._commit:
+            with self._state:
+                had = self._drop(name)
+                self._seq += 1
+            if self._remote_size(name) is not None:
+                objectops.call_with_retry(f"remove {self.url}/{name}", self._ops.remove, self._path(name))
+            elif not had:
+                raise FileNotFoundError(f"no such file: {self.url}/{name}")
+
+    # ------------------------------------------------------------------ uploading
+
+    def _probe(self) -> None:
+        try:
+            self._ops.probe()
+        except Exception as exc:
+            kind = "permanent" if isinstance(exc, FileNotFoundError) else objectops.classify(exc)
+            if kind == "permanent":
+                raise StoragePermanentError(
+                    f"cannot write a run to {self.url}: {type(exc).__name__}: {exc}. "
+                    "Check the bucket name and the credentials (storage_options)."
+                ) from exc
+            self._warn_once(
+                "outage",
+                f"rllog: {self.url} is unreachable at open ({type(exc).__name__}: {exc}); "
+                "rows are kept locally and uploaded when it answers",
+            )
+
+    def _warn_once(self, kind: str, message: str) -> None:
+        if kind not in self._warned:
+            self._warned.add(kind)
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+    def _kind(self, exc: BaseException) -> str:
+        if isinstance(exc, FileNotFoundError):  # the bucket, or a part someone cleaned up
+            try:
+                self._ops.probe()
+            except FileNotFoundError:
+                return "permanent"
+            except Exception:
+                pass
+            return "transient"
+        return objectops.classify(exc)
+
+    def _run(self) -> None:
+        due = time.monotonic() + self.flush_interval
+        while True:
+            with self._state:
+                while not (self._kicked or self._closing) and time.monotonic() < due:
+                    self._wake.wait(due - time.monotonic())
+                self._kicked = False
+                closing = self._closing
+            error = self._cycle()
+            permanent = error is not None and isinstance(error, StoragePermanentError)
+            due = time.monotonic() + (max(60.0, self.flush_interval) if permanent else self.flush_interval)
+            if closing or self._stop.is_set():
+                return
+
+    def _cycle(self) -> BaseException | None:
+        """Upload everything staged, oldest first, stopping at the first failure."""
+        from tenacity import Retrying, retry_if_exception
+
+        with self._state:
+            start = self._seq
+            work = sorted(
+                (
+                    (i, staged.seq, name, journal)
+                    for i, journal in enumerate(self._journals)
+                    for name, staged in journal.staged.items()
+                ),
+                key=lambda w: w[:2],
+            )
+        error: BaseException | None = None
+        try:
+            for _i, _seq, name, journal in work:
+                Retrying(
+                    retry=retry_if_exception(lambda e: self._kind(e) != "permanent"),
+                    wait=self._backoff,
+                    stop=lambda _state: self._stop.is_set(),
+                    sleep=self._sleep,
+                    before_sleep=self._on_retry,
+                    reraise=True,
+                )(self._upload_one, journal, name)
+        except Exception as exc:
+            error = exc
+            if self._kind(exc) == "permanent":
+                error = StoragePermanentError(f"cannot upload to {self.url}: {type(exc).__name__}: {exc}")
+                self._warn_once("permanent", f"rllog: {error}; rows are kept locally ({self._where()})")
+        with self._state:
+            if error is None:
+                self._uploaded_seq = max(self._uploaded_seq, start)
+                for journal in self._journals[:-1]:
+                    if not journal.staged:  # a dead writer's journal, all uploaded
+                        self._spill(journal, lambda spill: spill.close(True))
+                self._journals[:-1] = [j for j in self._journals[:-1] if j.staged]
+            self._last_cycle = (start, error)
+            self._wake.notify_all()
+        return error
+
+    def _sleep(self, seconds: float) -> None:
+        self._poke.wait(seconds)
+        self._poke.clear()
+
+    def _backoff(self, state: Any) -> float:
+        from tenacity import wait_exponential
+
+        if self._kind(state.outcome.exception()) == "conflict":
+            return random.uniform(0.0, 0.1)  # another writer just wrote: go again on top of it
+        wait = wait_exponential(multiplier=self.backoff_initial, max=self.backoff_max)(state)
+        return wait * random.uniform(0.5, 1.0)  # jitter: writers that failed together retry apart
+
+    def _on_retry(self, state: Any) -> None:
+        exc = state.outcome.exception()
+        if self._kind(exc) != "conflict":
+            self._warn_once(
+                "outage",
+                f"rllog: upload to {self.url} failed ({type(exc).__name__}: {exc}); retrying with backoff. "
+                f"Rows are kept in memory and in {self._where()} meanwhile",
+            )
+
+    def _where(self) -> str:
+        folder = self._journals[-1].spill.folder
+        return f"the spill journal {folder}" if folder is not None else "memory only (no spill journal)"
+
+    def _upload_one(self, journal: _Journal, name: str) -> None:
+        """One attempt at uploading what is staged for ``name`` in ``journal``."""
+        with self._commit:
+            with self._state:
+                staged = journal.staged.get(name)
+                if staged is None or (staged.base is None and not staged.tail):
+                    journal.staged.pop(name, None)
+                    return
+                base, tail, epoch, intent = staged.base, bytes(staged.tail), staged.epoch, staged.intent
+            path = self._path(name)
+            done = None
+            if base is not None:
+                self._ops.put(path, base + tail)
+                done = len(tail)
+            elif intent is not None:  # an earlier attempt may have landed: look before resending
+                size_before, length = intent
+                stat = self._ops.stat(path)
+                if stat is not None and stat.size >= size_before + length:
+                    landed = self._ops.read_range(path, size_before, size_before + length)
+                    done = length if landed == tail[:length] else None
+            if done is None:
+
+                def before_send(size_before: int) -> None:
+                    with self._state:
+                        if staged.epoch == epoch:
+                            staged.intent = (size_before, len(tail))
+                            self._spill(journal, lambda spill: spill.set_intent(name, size_before, len(tail)))
+
+                self._ops.append(path, tail, before_send)
+                done = len(tail)
+            with self._state:
+                if staged.epoch == epoch:  # not rewritten or removed meanwhile
+                    staged.base = None
+                    del staged.tail[:done]
+                    staged.intent = None
+                    empty = not staged.tail
+                    n, base_done = done, base is not None
+                    self._spill(journal, lambda spill: spill.committed(name, n, base_done, empty))
+                    if empty and journal.staged.get(name) is staged:
+                        del journal.staged[name]
+
+    def flush(self, durable: bool = False, timeout: float | None = None) -> None:
+        """Upload everything staged before this call and wait for it: a barrier (bytes
+        staged after the call starts are not waited for).
+
+        Args:
+            durable: raise if not everything was uploaded (else warn once).
+            timeout: seconds to wait at most; ``None``: :attr:`flush_timeout`. ``0``
+                only kicks the upload thread. Nothing is cancelled when it runs out:
+                the bytes stay staged and keep being retried in the background.
+
+        Raises (``durable=True``; with ``durable=False`` it warns once instead):
+            StoragePermanentError: the bucket refuses the upload.
+            StorageError: not uploaded within ``timeout`` seconds.
+            ValueError: ``timeout`` is negative.
+        """
+        timeout = self._timeout(timeout, self.flush_timeout)
+        if self._closed:
+            return
+        deadline = time.monotonic() + timeout
+        with self._state:
+            target = self._seq
+            self._kicked = True
+            self._wake.notify_all()
+            self._poke.set()
+            while self._uploaded_seq < target:
+                start, error = self._last_cycle
+                if error is not None and start >= target and isinstance(error, StoragePermanentError):
+                    break
+                if time.monotonic() >= deadline or not self._thread.is_alive():
+                    break
+                self._wake.wait(deadline - time.monotonic())
+            if self._uploaded_seq >= target:
+                return
+            error = self._last_cycle[1]
+        cls = StoragePermanentError if isinstance(error, StoragePermanentError) else StorageError
+        message = (
+            f"flush of {self.url} did not complete within {timeout:g} s "
+            f"({type(error).__name__ if error else 'still uploading'}: {error}); not yet uploaded: "
+            f"{self._describe_pending()}; kept in {self._where()} and retried in the background"
+        )
+        if durable:
+            raise cls(message)
+        self._warn_once("flush", "rllog: " + message)
+
+    @staticmethod
+    def _timeout(timeout: float | None, default: float) -> float:
+        if timeout is None:
+            return default
+        if timeout < 0:
+            raise ValueError(f"timeout must be >= 0 seconds or None (the handle's default), got {timeout}")
+        return timeout
+
+    def _describe_pending(self) -> str:
+        pending = self.pending()
+        return ", ".join(f"{name} ({n} bytes)" for name, n in sorted(pending.items())) or "nothing"
+
+    def close(self, timeout: float | None = None) -> None:
+        """Upload everything and stop the background thread. Idempotent; a no-op in a
+        forked child that never wrote.
+
+        Args:
+            timeout: seconds to wait for the final upload; ``None``:
+                :attr:`close_timeout`. Past it, an upload in flight gets at most
+                ``request_timeout + 5`` more seconds, then retries are abandoned.
+
+        Never raises for upload failures: it warns (``RuntimeWarning``) with what was not
+        uploaded and where the spill journal keeps it (the next writer of the run on
+        this machine uploads it first).
+
+        Raises:
+            ValueError: ``timeout`` is negative.
+        """
+        timeout = self._timeout(timeout, self.close_timeout)
+        if self._closed or self._pid != os.getpid():
+            return
+        with self._state:
+            self._closing = True
+            self._wake.notify_all()
+        self._poke.set()
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            self._stop.set()
+            self._poke.set()
+            self._thread.join(self.request_timeout + 5)
+        self._closed = True
+        _OPEN_STORAGES.discard(self)
+        pending = self.pending()
+        discard = not pending
+        with self._state:
+            for journal in self._journals:
+                self._spill(journal, lambda spill: spill.close(discard))
+        if pending:
+            warnings.warn(
+                f"rllog: closing {self.url} with bytes not uploaded ({self._last_cycle[1]}): "
+                f"{self._describe_pending()}. They are kept in {self._where()}; the next writer of this "
+                "run on this machine uploads them first.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        else:
+            try:
+                self._ops.cleanup(own_only=True)
+            except Exception:
+                pass  # leftover part objects are removed by the next writer after an hour
+
+
+class _Staged:
+    """What one writer has staged for one file: ``base`` (whole new content) or the
+    remote file, then ``tail``. ``seq`` orders files for upload; ``epoch`` changes when
+    the file is rewritten or removed; ``intent`` is an upload in flight."""
+
+    __slots__ = ("seq", "base", "tail", "intent", "epoch")
+
+    def __init__(self, seq: int, base: bytes | None, tail: bytes, intent: tuple[int, int] | None) -> None:
+        self.seq = seq
+        self.base = base
+        self.tail = bytearray(tail)
+        self.intent = intent
+        self.epoch = 0
+
+
+class _Journal:
+    """Staged files of one writer (ours, or a dead one adopted from its spill journal)."""
+
+    __slots__ = ("spill", "staged")
+
+    def __init__(self, spill: Journal) -> None:
+        self.spill = spill
+        self.staged: dict[str, _Staged] = {}
+
+
+_OPEN_STORAGES: weakref.WeakSet[FsspecStorage] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_storages() -> None:
+    for storage in list(_OPEN_STORAGES):
+        storage.close()
+
+
+def _make_fsspec_storage(url: str, options: dict[str, Any]) -> FsspecStorage:
+    return FsspecStorage(url, **options)
