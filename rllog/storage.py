@@ -47,8 +47,6 @@ from __future__ import annotations
 from rllog._storage.base import Storage, check_name, open_storage
 from rllog._storage.local import LocalStorage
 from rllog._storage.readonly import ReadOnlyStorage
-from rllog._storage.staged import _OPEN_STORAGES as _OPEN_STORAGES  # writers still open (closed at exit)
 from rllog._storage.staged import FsspecStorage
 
 __all__ = ["Storage", "LocalStorage", "FsspecStorage", "ReadOnlyStorage", "open_storage", "check_name"]
-

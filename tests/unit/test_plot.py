@@ -54,7 +54,7 @@ def test_svg_points_match_the_metrics_of_two_runs(tmp_path):
     ]
     drawn = _svg_lines(out)
     assert set(drawn) == {l.gid for l in lines}
-    for line, rows in zip(lines, [rows_a, rows_b, rows_a, rows_b]):
+    for line, _rows in zip(lines, [rows_a, rows_b, rows_a, rows_b], strict=False):
         expect = pd.read_json(tmp_path / line.run / "metrics.jsonl", lines=True, precise_float=True)[
             line.key
         ].to_numpy(dtype=float)

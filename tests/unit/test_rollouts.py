@@ -53,17 +53,19 @@ def same(a: Any, b: Any) -> bool:
     if isinstance(a, dict):
         return isinstance(b, dict) and list(a) == list(b) and all(same(a[k], b[k]) for k in a)
     if isinstance(a, list):
-        return isinstance(b, list) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        return (
+            isinstance(b, list) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=False))
+        )
     return type(a) is type(b) and a == b
 
 
 def assert_same_records(got: list[TrajectorySummary], want: list[TrajectorySummary]) -> None:
     assert len(got) == len(want)
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=False):
         for f in TrajectorySummary.__struct_fields__:
             if f == "steps":
                 assert len(g.steps) == len(w.steps)
-                for gs, ws in zip(g.steps, w.steps):
+                for gs, ws in zip(g.steps, w.steps, strict=False):
                     for sf in StepSummary.__struct_fields__:
                         assert same(getattr(gs, sf), getattr(ws, sf)), (
                             f,
@@ -425,7 +427,7 @@ def test_matches_tinker_cookbook_serialize_rollout_summaries(storage):
     write_rollouts(storage, 3, groups, tags=[["a"], ["b"]], sampling_client_step=2)
     got = read_lines(storage, "train_iteration_000003_rollout_summaries.jsonl")
     assert len(got) == len(want) == 3
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=False):
         assert set(g) == set(w)
         assert json.dumps(g, sort_keys=True) == json.dumps(w, sort_keys=True)
     # ready-made records from tinker-cookbook are accepted as they are

@@ -58,7 +58,7 @@ def test_every_line_is_json_with_exact_keys_and_reads_back_equal(gs):
     data.decode("utf-8")  # valid UTF-8 (lone surrogates are escaped)
     lines = data.splitlines()
     assert len(lines) == len(records)
-    for line, rec in zip(lines, records):
+    for line, rec in zip(lines, records, strict=False):
         obj = json.loads(line)
         assert list(obj) == TRAJ_KEYS
         assert all(list(s) == STEP_KEYS for s in obj["steps"])
@@ -71,9 +71,9 @@ def test_every_line_is_json_with_exact_keys_and_reads_back_equal(gs):
 def test_strict_json_has_no_tokens_and_keeps_finite_values(gs):
     records, data = encode(gs, strict=True)
     back = decode_rollout_summaries(data)
-    for line, rec, got in zip(data.splitlines(), records, back):
+    for line, rec, got in zip(data.splitlines(), records, back, strict=False):
         json.loads(line, parse_constant=lambda c: (_ for _ in ()).throw(AssertionError(c)))
-        for want_s, got_s in zip(rec.steps, got.steps):
+        for want_s, got_s in zip(rec.steps, got.steps, strict=False):
             if math.isfinite(want_s.reward):
                 assert got_s.reward == want_s.reward
             else:

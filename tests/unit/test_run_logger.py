@@ -280,7 +280,7 @@ def run_script(script: str, cwd: Path, *args: str, env: dict | None = None) -> s
 def test_code_diff_has_commit_diff_and_untracked_files(tmp_path: Path) -> None:
     repo = tmp_path / "proj"
     repo.mkdir()
-    git = lambda *a: subprocess.run(["git", *a], cwd=repo, check=True, capture_output=True)  # noqa: E731
+    git = lambda *a: subprocess.run(["git", *a], cwd=repo, check=True, capture_output=True)
     git("init", "-q", "-b", "main")
     git("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "--allow-empty", "-m", "init")
     (repo / "model.py").write_text("x = 1\n")
