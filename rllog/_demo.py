@@ -317,7 +317,7 @@ def run_demo(
                 "optim/lr": lr,
                 **summarize_rollouts(
                     records
-                ),  # env/all/reward/total, env/all/correct, by_group/... (rllog.rollouts)
+                ),  # env/all/reward/total, env/all/correct, by_group/... (rllog.summarize_rollouts)
                 "entropy": float(batch["entropy"][mask].mean()),
                 **train_metrics,
                 "time/sample": t_sample,

@@ -372,7 +372,7 @@ class RunLogger:
             warn=self._notes.warn_once,
         )
 
-    # -- rollout summaries (rllog.rollouts) --------------------------------------------
+    # -- rollout summaries --------------------------------------------
 
     # -- rollout summaries ------------------------------------------------------------
 

@@ -540,7 +540,7 @@ def diagnose(
     """Check a run's metrics for the PPO/GRPO stability signals (see the module docstring).
 
     Args:
-        metrics: a :class:`rllog.reader.Run` from :func:`rllog.read_run` (its metrics,
+        metrics: a :class:`rllog.Run` from :func:`rllog.read_run` (its metrics,
             NaN/Inf cells and step column are used; ``nonfinite`` and ``step_key`` are
             ignored), or a DataFrame: one row per logged step (rows in logging order), a ``step_key``
             column (else row positions are the steps), NaN where a key is missing. String columns are

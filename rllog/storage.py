@@ -44,8 +44,9 @@ processes can open the same run.
 
 from __future__ import annotations
 
-from rllog._storage.base import Storage, check_name, open_storage
+from rllog._storage.base import Storage, check_name
 from rllog._storage.local import LocalStorage
+from rllog._storage.opener import open_storage
 from rllog._storage.readonly import ReadOnlyStorage
 from rllog._storage.staged import FsspecStorage
 

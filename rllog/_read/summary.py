@@ -1,4 +1,4 @@
-"""What ``rllog summary`` and ``rllog diff`` compute and print, from a :class:`~rllog.reader.Run`.
+"""What ``rllog summary`` and ``rllog diff`` compute and print, from a :class:`~rllog.Run`.
 
 Works on :attr:`Run.rows` (plain dicts), so neither command imports pandas.
 """

@@ -150,8 +150,7 @@ def test_faulty_storage_custom_error_and_validation(tmp_path: Path) -> None:
 
 
 def test_run_logger_survives_a_full_disk(tmp_path: Path) -> None:
-    from rllog.reader import read_run
-    from rllog.run_logger import RunLogger
+    from rllog import RunLogger, read_run
 
     storage = FaultyStorage(LocalStorage(tmp_path / "run"), fail_on={"append"}, times=3)
     with pytest.warns(RuntimeWarning):
