@@ -20,11 +20,13 @@ def test_three_read_runs_of_a_bucket_leave_no_extra_threads(gcs_server):
     spill = Path(os.environ["RLLOG_SPILL_DIR"])
     spill_before = sorted(p.name for p in spill.rglob("*"))
     threads_before = {t.name for t in threading.enumerate()}
-    for _ in range(3):
-        with rllog.read_run(url, **options) as run:
-            assert [r["x"] for r in run.rows] == [0.0, 1.0, 2.0, 3.0, 4.0]
-            assert len(run.rollout_summaries(0)) == 1
+    runs = [rllog.read_run(url, **options) for _ in range(3)]  # all three open at once
+    for run in runs:
+        assert [r["x"] for r in run.rows] == [0.0, 1.0, 2.0, 3.0, 4.0]
+        assert len(run.rollout_summaries(0)) == 1
         assert len(list(rllog.read_rollouts(run.storage))) == 1
-        assert rllog.load_config(url, **options) == {"lr": 0.1}
+    assert rllog.load_config(url, **options) == {"lr": 0.1}
     assert {t.name for t in threading.enumerate()} == threads_before
     assert sorted(p.name for p in spill.rglob("*")) == spill_before
+    for run in runs:
+        run.close()
