@@ -81,7 +81,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     - ``cloud``: under ``tests/cloud/``, or using the GCS emulator or moto S3 (directly or
       through the ``gcs``/``s3`` cases of ``cloud_url``/``storage_url``);
-    - ``e2e``: under ``tests/e2e/``;
+    - ``e2e``: under ``tests/e2e/``, ``tests/integrations/`` (real TRL trainers, Ray, torchrun,
+      trackers) or ``tests/browser/`` (pages in a real chromium);
     - ``slow``: every ``cloud`` and ``e2e`` test (``pytest -m "not slow"`` is the fast loop).
     """
     root = Path(__file__).parent
@@ -96,7 +97,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         )
         if cloud:
             item.add_marker(pytest.mark.cloud)
-        if kind == "e2e":
+        e2e = kind in ("e2e", "integrations", "browser")
+        if e2e:
             item.add_marker(pytest.mark.e2e)
-        if cloud or kind == "e2e":
+        if cloud or e2e:
             item.add_marker(pytest.mark.slow)
