@@ -30,7 +30,14 @@ if TYPE_CHECKING:
     from rllog._read.run import Run, read_run
     from rllog._run import RunLogger
     from rllog._write.rollouts import build_rollout_summaries, summarize_rollouts
-    from rllog.errors import ConfigError, RllogError, RunFormatError, StorageError, StoragePermanentError
+    from rllog.errors import (
+        ConfigError,
+        ReadOnlyStorageError,
+        RllogError,
+        RunFormatError,
+        StorageError,
+        StoragePermanentError,
+    )
     from rllog.storage import Storage, open_storage
 
 __version__ = "0.2.0"
@@ -57,6 +64,7 @@ __all__ = [
     "RllogError",
     "StorageError",
     "StoragePermanentError",
+    "ReadOnlyStorageError",
     "ConfigError",
     "RunFormatError",
     "__version__",
@@ -82,6 +90,7 @@ _WHERE = {
     "RllogError": "rllog.errors",
     "StorageError": "rllog.errors",
     "StoragePermanentError": "rllog.errors",
+    "ReadOnlyStorageError": "rllog.errors",
     "ConfigError": "rllog.errors",
     "RunFormatError": "rllog.errors",
 }
@@ -98,4 +107,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    return sorted(__all__)
