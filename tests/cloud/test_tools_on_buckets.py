@@ -33,7 +33,9 @@ def test_rllog_index_writes_index_html_into_a_gcs_run(gcs_server):
     options = gcs_server.storage_options()
     _run(url, options)
     env = dict(os.environ, FSSPEC_GS=json.dumps(options))
-    out = subprocess.run([sys.executable, "-m", "rllog", "index", url], capture_output=True, text=True, env=env)
+    out = subprocess.run(
+        [sys.executable, "-m", "rllog", "index", url], capture_output=True, text=True, env=env
+    )
     assert out.returncode == 0, out.stderr
     with rllog.read_run(url, **options) as run:
         assert "index.html" in [name for name, _ in run.files()]
