@@ -242,8 +242,30 @@ class Dispatcher:
         if self._doctor is not None:
             self._findings(self._doctor.finish())
             self.final_findings = [f.to_dict() for f in self._doctor.findings()]
+        self._save_state()
         for sink in self.sinks:
             self._call(sink, "close")
+
+    def _save_state(self) -> None:
+        """Rewrite trackers.json with what sinks that have a ``state()`` method say now."""
+        new = {}
+        for sink in self.sinks:
+            if hasattr(sink, "state") and not self._stats[sink.name].disabled:
+                try:
+                    new[sink.name] = sink.state()
+                except Exception:
+                    continue
+        if not new:
+            return
+        storage = self.run.storage
+        try:
+            old = decode_json(storage.read(TRACKERS_FILE)) if storage.exists(TRACKERS_FILE) else {}
+            storage.write(TRACKERS_FILE, encode_json({**old, **new}, indent=2) + b"\n")
+        except (OSError, ValueError) as exc:
+            self._warn(
+                "sinks:state",
+                f"could not write {TRACKERS_FILE} ({exc}); a resume may start tracker steps over",
+            )
 
     def _replay_rows(self, name: str, size: int) -> None:
         from rllog._format.jsonl import iter_lines

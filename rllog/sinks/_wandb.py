@@ -1,8 +1,11 @@
 """The wandb sink: history rows, config, checkpoints, reports, rollouts and findings.
 
-Steps and resumes: rllog does not pass ``step=`` to ``run.log``; wandb's own ``_step``
-counts rows and only grows, so no row is ever dropped by wandb (wandb ignores a
-``step=`` below its last one). The training step is the row's ``step`` key, declared
+Steps and resumes: wandb's own ``_step`` is rllog's count of what it logged to the wandb
+run and only grows, across resumes too (online it continues from the run's
+``starting_step``; offline from the count kept in ``trackers.json`` at the last close),
+so wandb never drops a row (it ignores a ``step=`` below its last one). After a kill -9
+in offline mode the count is the one of the last clean close, so rows logged after it
+may share ``_step`` values with the resumed run's. The training step is the row's ``step`` key, declared
 with ``define_metric("*", step_metric="step")`` so charts use it as their x axis. On a
 resume the same wandb run continues (its id is kept in the run's ``trackers.json``), and
 every row after the resume also holds ``rllog/segment`` (1 for the first resume, 2 for
@@ -51,6 +54,7 @@ class Wandb:
     name: str = field(default="wandb", init=False, repr=False)
     run: Any = field(default=None, init=False, repr=False)
     _segment: int = field(default=0, init=False, repr=False)
+    _step: int = field(default=0, init=False, repr=False)
     _wandb: Any = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -86,23 +90,37 @@ class Wandb:
             reinit="create_new",
             **self.init_kwargs,
         )
+        # wandb's own step: online, wandb says where the resumed run stands; offline it does
+        # not know, so the count kept in trackers.json at the last close is used
+        self._step = (
+            max(int(getattr(self.run, "starting_step", 0) or 0), int(state.get("next_step", 0)))
+            if self._segment
+            else 0
+        )
         self.run.define_metric("step")
         self.run.define_metric("*", step_metric="step")
         if self._segment:
             resumed = list(self.run.summary.get("rllog/resumed_at", None) or [])
             self.run.summary["rllog/resumed_at"] = [*resumed, run.resume_step or 0]
+        return self.state()
+
+    def state(self) -> dict[str, Any]:
+        """What ``trackers.json`` keeps for a resume: the run id and wandb's next ``_step``."""
+        run = self.run
         return {
-            "id": self.run.id,
-            "project": self.run.project,
-            "entity": self.run.entity,
+            "id": run.id,
+            "project": run.project,
+            "entity": run.entity,
             "segments": self._segment,
+            "next_step": self._step,
         }
 
     def log_metrics(self, step: int, row: dict[str, Any]) -> None:
         data = {"step": step, **row}
         if self._segment:
             data["rllog/segment"] = self._segment
-        self.run.log(data)
+        self.run.log(data, step=self._step)
+        self._step += 1
 
     def log_config(self, config: dict[str, Any]) -> None:
         self.run.config.update(config, allow_val_change=True)
@@ -112,8 +130,10 @@ class Wandb:
 
     def log_report(self, report: dict[str, Any]) -> None:
         self.run.log(
-            {f"reports/{report['split']}": self._wandb.Html(report["content"]), "step": report["iteration"]}
+            {f"reports/{report['split']}": self._wandb.Html(report["content"]), "step": report["iteration"]},
+            step=self._step,
         )
+        self._step += 1
 
     def log_rollouts(self, rollouts: dict[str, Any]) -> None:
         columns = ["group_idx", "traj_idx", "total_reward", "final_reward", "final_ob_len", "steps", "tags"]
@@ -123,7 +143,8 @@ class Wandb:
                 *(r.get(c) if c != "steps" else len(r.get("steps") or []) for c in columns[:-1]),
                 ",".join(r.get("tags") or []),
             )
-        self.run.log({f"rollouts/{rollouts['split']}": table, "step": rollouts["iteration"]})
+        self.run.log({f"rollouts/{rollouts['split']}": table, "step": rollouts["iteration"]}, step=self._step)
+        self._step += 1
 
     def log_finding(self, finding: dict[str, Any]) -> None:
         level = {"error": "ERROR", "warning": "WARN"}.get(finding["severity"], "INFO")

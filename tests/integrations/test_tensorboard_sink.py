@@ -14,7 +14,10 @@ from rllog import RunLogger
 
 
 def _rows(n, start=0):
-    return [{"loss": (math.nan if i == 3 else 1.0 / (i + 1)), "reward": 0.1 * i, "ok": i % 2 == 0} for i in range(start, n)]
+    return [
+        {"loss": (math.nan if i == 3 else 1.0 / (i + 1)), "reward": 0.1 * i, "ok": i % 2 == 0}
+        for i in range(start, n)
+    ]
 
 
 def _scalars(folder):

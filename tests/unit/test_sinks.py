@@ -56,7 +56,14 @@ def test_rows_config_checkpoints_reach_a_sink_with_nan_kept(tmp_path):
 
 def test_slow_and_raising_sinks_never_slow_the_loop(tmp_path):
     slow, bad = Recorder("slow", sleep=1.0), Recorder("bad", fail=True)
-    lg = RunLogger(tmp_path / "r", report_to=[slow, bad], code_diff=False, index=False, sink_queue_size=100, sink_timeout=1.5)
+    lg = RunLogger(
+        tmp_path / "r",
+        report_to=[slow, bad],
+        code_diff=False,
+        index=False,
+        sink_queue_size=100,
+        sink_timeout=1.5,
+    )
     lg._sinks._retrying.wait = lambda state: 0  # no backoff in the test
     times = []
     with warnings.catch_warnings(record=True):
@@ -74,7 +81,10 @@ def test_slow_and_raising_sinks_never_slow_the_loop(tmp_path):
     assert "is disabled" in text and "sink queue is full (100 items)" in text
     (slow_msg,) = [w for w in lg.warnings if w.startswith("sink slow received")]
     got = len(slow.rows)
-    assert f"sink slow received {got} of 2000 metric rows" in slow_msg and "dropped because the sink queue" in slow_msg
+    assert (
+        f"sink slow received {got} of 2000 metric rows" in slow_msg
+        and "dropped because the sink queue" in slow_msg
+    )
     (bad_msg,) = [w for w in lg.warnings if w.startswith("sink bad received")]
     assert "sink bad received 0 of 2000" in bad_msg and "not sent after it failed" in bad_msg
 
@@ -85,7 +95,9 @@ def test_report_to_misuse_fails_at_construction(tmp_path, monkeypatch):
     with pytest.raises(TypeError, match="expected a sink name or a sink object"):
         RunLogger(tmp_path / "b", report_to=[3])
     real = rllog.sinks._common.importlib.util.find_spec
-    monkeypatch.setattr(rllog.sinks._common.importlib.util, "find_spec", lambda n: None if n == "wandb" else real(n))
+    monkeypatch.setattr(
+        rllog.sinks._common.importlib.util, "find_spec", lambda n: None if n == "wandb" else real(n)
+    )
     with pytest.raises(ImportError, match=r"pip install 'rllog\[wandb\]'"):
         RunLogger(tmp_path / "c", report_to="wandb")
     assert not (tmp_path / "c").exists()  # nothing opened
@@ -109,7 +121,9 @@ def _live(tmp_path, rows, name="live"):
     return lg, during, fired
 
 
-@pytest.mark.parametrize(("problem", "check"), [("value_nan", "nonfinite"), ("ratio", "ratio"), ("entropy", "entropy_collapse")])
+@pytest.mark.parametrize(
+    ("problem", "check"), [("value_nan", "nonfinite"), ("ratio", "ratio"), ("entropy", "entropy_collapse")]
+)
 def test_live_doctor_fires_during_the_run_once_and_agrees_with_rllog_doctor(tmp_path, problem, check):
     lg, during, fired = _live(tmp_path, planted(problem))
     assert [f["check"] for f in during].count(check) == 1  # before close
