@@ -41,10 +41,10 @@ def _quiet_wandb() -> Wandb:
 
 CONFIGS = {
     "none": lambda: {},
-    "console": lambda: {"report_to": Console(stream=open(os.devnull, "w"))},  # noqa: SIM115  # closed with the process
+    "console": lambda: {"report_to": Console(stream=open(os.devnull, "w"))},  # closed with the process
     "tensorboard": lambda: {"report_to": TensorBoard()},
     "wandb": lambda: {"report_to": _quiet_wandb()},
-    "all": lambda: {"report_to": [TensorBoard(), _quiet_wandb(), Console(stream=open(os.devnull, "w"))]},  # noqa: SIM115
+    "all": lambda: {"report_to": [TensorBoard(), _quiet_wandb(), Console(stream=open(os.devnull, "w"))]},
     "doctor": lambda: {"doctor": True},
 }
 

@@ -15,10 +15,10 @@ import pytest
 
 pytest.importorskip("wandb")
 
-from wandb.proto import wandb_internal_pb2  # noqa: E402
+from wandb.proto import wandb_internal_pb2
 
-from rllog import RunLogger  # noqa: E402
-from rllog.sinks import Wandb  # noqa: E402
+from rllog import RunLogger
+from rllog.sinks import Wandb
 
 _BLOCK = 32768
 
@@ -65,15 +65,6 @@ def _sink():
         mode="offline",
         settings={"x_disable_stats": True, "x_disable_meta": True, "x_disable_machine_info": True},
     )
-
-
-def history(folder):
-    (f,) = (
-        folder.glob("wandb/wandb/offline-run-*/run-*.wandb")
-        if len(list(folder.glob("wandb/wandb/offline-run-*"))) == 1
-        else (None,)
-    )
-    return f
 
 
 def _history_rows(files):
