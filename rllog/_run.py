@@ -39,6 +39,7 @@ from rllog._write.notes import Notes
 from rllog._write.rank import process_rank
 from rllog._write.resume import lock_run, repair_torn_tail, supersede, timestamped
 from rllog._write.rollouts import RolloutFiles, encode_rollouts
+from rllog._write.timing import Timer, Timings
 from rllog.errors import StorageError
 from rllog.storage import FsspecStorage, LocalStorage, Storage, open_storage
 
@@ -81,6 +82,25 @@ class RunLogger:
             process adding its reports): no lock, no start-up repair or resume; rows
             are appended to the same files. Without it, opening a local run that
             another live RunLogger holds raises RuntimeError.
+        report_to: trackers that also get every row, the config, checkpoint records,
+            reports and findings: ``"wandb"``, ``"tensorboard"``, ``"console"``, ``"all"``
+            (every installed tracker), sink objects (``rllog.sinks.Wandb(project=...)``,
+            ``rllog.sinks.TensorBoard(logging_dir=...)``, a ``rllog.sinks.BaseSink``
+            subclass) or a list of these; see :mod:`rllog.sinks`. They run on one
+            background thread; ``log_metrics`` only queues the encoded row (~0.2 us).
+        doctor: run the stability doctor's rules live on each row (on the sinks'
+            thread): ``True`` or a :class:`rllog.doctor.Thresholds`. Each new finding is
+            warned about once, appended to ``doctor.jsonl`` (one JSON object per finding,
+            as :meth:`rllog.doctor.Finding.to_dict` plus ``fired_at``), sent to the sinks
+            and to ``on_finding``. At close doctor.jsonl is rewritten with every finding's
+            full step ranges: what ``rllog doctor --json`` prints for the run.
+        on_finding: ``on_finding(finding_dict)``, called on the background thread for each
+            new finding (e.g. set a flag the loop reads to stop or lower its learning rate).
+        sink_timeout: seconds ``close`` waits for the sinks before saying what each did
+            not receive.
+        sink_queue_size: items the sinks' queue holds; past it rows are dropped from the
+            sinks (counted and reported; metrics.jsonl keeps them).
+        timing_spans: also write each :meth:`timer` span to ``timing_spans.jsonl``.
         storage_options: passed to fsspec for URLs (``token=``, ``endpoint_url=``...).
 
     Raises:
@@ -89,7 +109,9 @@ class RunLogger:
         StorageError: ``resume=True`` and the run's files cannot be read (a bucket that
             does not answer); StoragePermanentError: the bucket is missing or access is
             denied (found at open).
-        ImportError: when the URL's fsspec backend is missing (names the package).
+        ImportError: when the URL's fsspec backend is missing (names the package), or a
+            tracker in ``report_to`` is not installed (gives the ``pip install
+            'rllog[wandb]'`` line).
     """
 
     def __new__(
@@ -113,6 +135,12 @@ class RunLogger:
         console: bool = False,
         shared: bool = False,
         index: bool = True,
+        report_to: Any = None,
+        doctor: bool | Any = False,
+        on_finding: Any = None,
+        sink_timeout: float = 30.0,
+        sink_queue_size: int = 10_000,
+        timing_spans: bool = False,
         _worker: bool = False,
         **storage_options: Any,
     ) -> None:
@@ -121,6 +149,7 @@ class RunLogger:
                 "RunLogger(shared=True, resume=True): a shared logger joins a run another process "
                 "writes, and that process owns its resume; pass one of them"
             )
+        sinks = _resolve_sinks(report_to)  # misuse and missing trackers fail before anything is opened
         self.rank = process_rank() if rank is None else int(rank)
         self.is_writer = True
         self.strict_json = strict_json
@@ -136,6 +165,7 @@ class RunLogger:
         self.storage: Storage = open_storage(log_path, **storage_options)
         self.log_path = self.storage.url
         self._run_lock: int | None = None
+        self._resumed = resume and not (_worker or shared)
         self._worker = _worker or shared
         self._index = index
         self.index_url: str | None = None
@@ -151,6 +181,11 @@ class RunLogger:
             self._start(resume)
         warn = self._notes.warn_once
         self._metrics = MetricsWriter(self.storage, strict_json=strict_json, console=console, warn=warn)
+        self._timings = Timings(timing_spans)
+        self._sink_timeout = sink_timeout
+        self._sinks: Any = None
+        if sinks or doctor:
+            self._sinks = self._start_sinks(sinks, doctor, on_finding, sink_queue_size)
         self._rollouts = RolloutFiles(self.storage, warn)
         self._checkpoints = CheckpointCommitter(
             self.storage,
@@ -244,6 +279,10 @@ class RunLogger:
             ValueError: a negative step or a ``"step"`` key in ``metrics``.
             RuntimeError: the logger is closed.
         """
+        if self._timings.totals:
+            metrics = {**metrics, **self._timings.take()}
+            if self._timings.spans:
+                self._write_spans(step)
         self._metrics.write(step, metrics)
 
     def _check_open(self, call: str) -> None:
@@ -277,7 +316,10 @@ class RunLogger:
         self._check_open("log_config")
         from rllog._write.config import config_to_dict
 
-        data = encode_json(config_to_dict(config), indent=2, strict_json=self.strict_json) + b"\n"
+        plain = config_to_dict(config)
+        if self._sinks is not None:
+            self._sinks.put("log_config", plain)
+        data = encode_json(plain, indent=2, strict_json=self.strict_json) + b"\n"
         storage = self.storage
         try:
             old = storage.read(CONFIG_FILE) if storage.exists(CONFIG_FILE) else None
@@ -326,7 +368,10 @@ class RunLogger:
         """
         self._check_open(f"log_checkpoint({name!r})")
         fields = {"epoch": epoch, "final": final, "state_path": state_path, "sampler_path": sampler_path}
-        self._checkpoints.add(checkpoint_record(name, batch, fields, loop_state))
+        record = checkpoint_record(name, batch, fields, loop_state)
+        self._checkpoints.add(record)
+        if self._sinks is not None:
+            self._sinks.put("log_checkpoint", dict(record))
 
     # -- logtree reports (rllog.logtree) ---------------------------------------------
 
@@ -348,13 +393,17 @@ class RunLogger:
         self._check_rewrite("report", iteration, None)
         from rllog.logtree import iteration_trace
 
-        return iteration_trace(
-            self.storage,
+        return self._reported(
+            iteration_trace(
+                self.storage,
+                iteration,
+                num_groups_to_log=num_groups_to_log,
+                title=title,
+                strict_json=self.strict_json,
+                warn=self._notes.warn_once,
+            ),
             iteration,
-            num_groups_to_log=num_groups_to_log,
-            title=title,
-            strict_json=self.strict_json,
-            warn=self._notes.warn_once,
+            None,
         )
 
     def evaluation(
@@ -371,14 +420,18 @@ class RunLogger:
         self._check_rewrite("report", iteration, name)
         from rllog.logtree import iteration_trace
 
-        return iteration_trace(
-            self.storage,
+        return self._reported(
+            iteration_trace(
+                self.storage,
+                iteration,
+                eval_name=name,
+                num_groups_to_log=num_groups_to_log,
+                title=title,
+                strict_json=self.strict_json,
+                warn=self._notes.warn_once,
+            ),
             iteration,
-            eval_name=name,
-            num_groups_to_log=num_groups_to_log,
-            title=title,
-            strict_json=self.strict_json,
-            warn=self._notes.warn_once,
+            name,
         )
 
     # -- rollout summaries --------------------------------------------
@@ -427,6 +480,11 @@ class RunLogger:
             "rollout summaries file", iteration, eval_name
         )  # after the checks: nothing written yet
         self._rollouts.add(name, data)  # a newer file for the same name replaces an unwritten one
+        if self._sinks is not None:
+            split_name = split or ("train" if eval_name is None else f"eval/{eval_name}")
+            self._sinks.put(
+                "log_rollouts", {"iteration": iteration, "split": split_name, "file": name, "data": data}
+            )
 
     def flush(self, durable: bool = False) -> None:
         """Push everything logged so far to the backend; ``durable=True`` also fsyncs
@@ -462,6 +520,10 @@ class RunLogger:
             return
         if self._diff_thread is not None:
             self._diff_thread.join(timeout=30)
+        if self._sinks is not None:
+            for message in self._sinks.close(self._sink_timeout):
+                self._notes.note(message)
+            self._rewrite_findings()
         self._checkpoints.stop()
         if timeout is None:
             timeout = (
@@ -488,6 +550,88 @@ class RunLogger:
         if self._run_lock is not None:
             os.close(self._run_lock)  # releases the flock
             self._run_lock = None
+
+    # -- trackers, live doctor, timers (rllog.sinks) ----------------------------------
+
+    def _start_sinks(self, sinks: list[Any], doctor: Any, on_finding: Any, queue_size: int) -> Any:
+        from rllog._format.layout import DOCTOR_FILE
+        from rllog.sinks._dispatch import Dispatcher, SinkRun
+
+        engine = None
+        if doctor:
+            from rllog._format.rules import RuleEngine, Thresholds
+
+            engine = RuleEngine(doctor if isinstance(doctor, Thresholds) else None)
+        if on_finding is not None and not callable(on_finding):
+            raise TypeError(f"on_finding must be callable, got {type(on_finding).__name__}")
+        state = self.resume_state
+        run = SinkRun(
+            log_path=self.log_path,
+            storage=self.storage,
+            name=self.log_path.rstrip("/").rsplit("/", 1)[-1],
+            resume=state is not None or self._resumed,
+            resume_step=state.batch if state is not None else (0 if self._resumed else None),
+        )
+        dispatcher = Dispatcher(
+            sinks,
+            run,
+            warn=self._notes.warn_once,
+            queue_size=queue_size,
+            doctor=engine,
+            on_finding=on_finding,
+            findings_file=DOCTOR_FILE if engine is not None else None,
+            replay=(METRICS_FILE, self._replay_size()) if engine is not None and self._resumed else None,
+        )
+        self._metrics.tap = dispatcher.put_row
+        return dispatcher
+
+    def _replay_size(self) -> int:
+        """Bytes of metrics.jsonl before this process logs (what the live doctor replays on a resume)."""
+        try:
+            return self.storage.size(METRICS_FILE) if self.storage.exists(METRICS_FILE) else 0
+        except OSError:
+            return 0
+
+    def _rewrite_findings(self) -> None:
+        """At close: doctor.jsonl becomes every finding with its full step ranges."""
+        from rllog._format.layout import DOCTOR_FILE
+
+        final = self._sinks.final_findings
+        if final is None:
+            return
+        try:
+            self.storage.write(DOCTOR_FILE, b"".join(encode_json(f) + b"\n" for f in final))
+        except OSError as exc:
+            self._notes.warn_once("doctor:file", f"could not write {self.log_path}/{DOCTOR_FILE}: {exc}")
+
+    def _reported(self, trace: Any, iteration: int, eval_name: str | None) -> Any:
+        """``trace`` (a context manager); when the sinks are on, they hear of the report after it."""
+        if self._sinks is None:
+            return trace
+        return _Reported(trace, self, iteration, eval_name)
+
+    def timer(self, name: str) -> Any:
+        """Time a block: ``with logger.timer("sample"):`` (or ``@logger.timer("sample")`` on
+        a function) adds ``time/sample`` (seconds, wall clock) to the next row logged;
+        nested timers give ``time/<outer>/<inner>``; repeats before the row add up. With
+        ``timing_spans=True`` each also gives a span in ``timing_spans.jsonl``.
+
+        Raises:
+            ValueError: an empty name or one starting or ending with ``/``.
+        """
+        return Timer(self._timings, name)
+
+    def _write_spans(self, step: int) -> None:
+        from rllog._format.layout import TIMING_SPANS_FILE
+
+        spans, self._timings.spans = self._timings.spans, []
+        data = b"".join(
+            encode_json({"name": n, "start": a, "end": b, "step": step}) + b"\n" for n, a, b in spans
+        )
+        try:
+            self.storage.append(TIMING_SPANS_FILE, data)
+        except OSError as exc:
+            self._notes.warn_once("spans", f"could not append to {self.log_path}/{TIMING_SPANS_FILE}: {exc}")
 
     def _final_flush(self, timeout: float) -> bool:
         """The durable flush of :meth:`close`; True when everything went out. It keeps
@@ -531,6 +675,44 @@ class RunLogger:
         its own artifacts (and can append rows) but does not redo start-of-run work."""
         where = self.log_path if self._owns_storage else self.storage
         return (_worker_logger, (where, self.strict_json, self._storage_options))
+
+
+def _resolve_sinks(report_to: Any) -> list[Any]:
+    if report_to is None:
+        return []
+    from rllog.sinks import resolve_sinks
+
+    return resolve_sinks(report_to)
+
+
+class _Reported:
+    """An iteration's trace context; on exit the sinks are told its report was written."""
+
+    __slots__ = ("_trace", "_logger", "_iteration", "_eval_name")
+
+    def __init__(self, trace: Any, logger: RunLogger, iteration: int, eval_name: str | None) -> None:
+        self._trace, self._logger, self._iteration, self._eval_name = trace, logger, iteration, eval_name
+
+    def __enter__(self) -> Any:
+        return self._trace.__enter__()
+
+    def __exit__(self, *exc: Any) -> Any:
+        out = self._trace.__exit__(*exc)
+        from rllog._format.layout import artifact_name
+
+        logger = self._logger
+        html = artifact_name(self._iteration, "html", self._eval_name)
+        logger._sinks.put(
+            "log_report",
+            {
+                "iteration": self._iteration,
+                "split": "train" if self._eval_name is None else f"eval/{self._eval_name}",
+                "html": html,
+                "json": artifact_name(self._iteration, "logtree", self._eval_name),
+                "url": f"{logger.log_path}/{html}",
+            },
+        )
+        return out
 
 
 class NullRunLogger(RunLogger):
@@ -594,6 +776,9 @@ class NullRunLogger(RunLogger):
 
     def flush(self, durable: bool = False) -> None:
         pass
+
+    def timer(self, name: str) -> Any:
+        return contextlib.nullcontext()
 
     def close(self, timeout: float | None = None) -> None:
         self._closed = True

@@ -30,6 +30,10 @@ __all__ = [
     "LOCK_FILE",
     "INDEX_FILE",
     "TORN_SUFFIX",
+    "DOCTOR_FILE",
+    "TRACKERS_FILE",
+    "TIMING_SPANS_FILE",
+    "TENSORBOARD_DIR",
     "ARTIFACT_KINDS",
     "Artifact",
     "safe_eval_name",
@@ -52,6 +56,14 @@ CHECKPOINTS_FILE = "checkpoints.jsonl"
 LOCK_FILE = ".rllog.lock"
 #: the run's overview page
 INDEX_FILE = "index.html"
+#: the live doctor's findings (``RunLogger(doctor=True)``), one JSON object per finding
+DOCTOR_FILE = "doctor.jsonl"
+#: the trackers' run ids (wandb, trackio, TensorBoard file), so a resume continues the same tracker runs
+TRACKERS_FILE = "trackers.json"
+#: timer spans ``{"name", "start", "end", "step"}`` (``RunLogger(timing_spans=True)``)
+TIMING_SPANS_FILE = "timing_spans.jsonl"
+#: the default folder of TensorBoard event files inside a run
+TENSORBOARD_DIR = "tensorboard"
 #: torn fragments of ``X`` are appended to ``X`` + this suffix, one per line
 TORN_SUFFIX = ".torn"
 
