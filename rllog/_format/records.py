@@ -19,6 +19,7 @@ import msgspec
 
 from rllog._format.codec import decode_json
 from rllog._format.jsonl import iter_lines
+from rllog._format.redact import REDACTED  # config.json: what a secret-looking value is replaced by
 
 __all__ = [
     "REDACTED",
@@ -31,8 +32,6 @@ __all__ = [
     "TrajectorySummary",
 ]
 
-#: config.json: what a secret-looking value is replaced by
-REDACTED = "<redacted>"
 #: config.json: the key holding ``"module:qualname"`` of a chz subclass value, so load_config rebuilds it
 TYPE_KEY = "__chz_type__"
 

@@ -21,6 +21,7 @@ from typing import Any
 from rllog._format.codec import encode_json
 from rllog._format.layout import CHECKPOINTS_FILE
 from rllog._format.records import parse_checkpoints
+from rllog._format.redact import redact_tree
 from rllog._write.metrics import MetricsWriter
 from rllog._write.rollouts import RolloutFiles
 from rllog.errors import StorageError
@@ -34,7 +35,7 @@ def checkpoint_record(
 ) -> dict[str, Any]:
     """The record :meth:`rllog.RunLogger.log_checkpoint` appends: ``name``, then the
     known fields that are not None (``batch, epoch, final, state_path, sampler_path``),
-    then the loop's extra keys.
+    then the loop's extra keys; secrets redacted (:func:`rllog._format.redact.redact_tree`).
 
     Raises:
         TypeError: ``name`` is not a non-empty str, or ``batch`` not an int (numpy ints
@@ -52,7 +53,7 @@ def checkpoint_record(
         if value is not None:
             record[key] = value
     record.update(loop_state)
-    return record
+    return redact_tree(record)  # loop state may hold a client's key or a signed URL
 
 
 def read_checkpoints(storage: Storage, warnings_out: list[str] | None = None) -> list[dict[str, Any]]:
