@@ -36,7 +36,7 @@ from rllog._write.checkpoints import CheckpointCommitter, checkpoint_record, rea
 from rllog._write.metrics import MetricsWriter
 from rllog._write.notes import Notes
 from rllog._write.rank import process_rank
-from rllog._write.resume import lock_run, repair_torn_tail, supersede, timestamped
+from rllog._write.resume import lock_run, repair_torn_tail, supersede, timestamped, unlock_run
 from rllog._write.rollouts import RolloutFiles, encode_rollouts
 from rllog.errors import StorageError
 from rllog.storage import FsspecStorage, LocalStorage, Storage, open_storage
@@ -182,6 +182,8 @@ class RunLogger:
         try:
             self._start_checks(resume)
         except OSError as exc:
+            if isinstance(storage, LocalStorage) and isinstance(exc, StorageError):
+                raise  # a planted symlink or a folder that may not be written: nothing can be logged
             if resume:
                 raise StorageError(f"cannot resume {storage.url}: its files cannot be read ({exc})") from exc
             self._notes.note(
@@ -474,7 +476,7 @@ class RunLogger:
             except OSError as exc:
                 self._notes.note(f"closing {self.log_path} failed: {exc}")
         if self._run_lock is not None:
-            os.close(self._run_lock)  # releases the flock
+            unlock_run(self.storage, self._run_lock)  # releases the flock, removes .rllog.lock
             self._run_lock = None
 
     def _final_flush(self, timeout: float) -> bool:
