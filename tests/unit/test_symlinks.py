@@ -27,7 +27,7 @@ def _plant(run: Path, name: str, target: Path) -> None:
     os.symlink(target, run / name)
 
 
-@pytest.mark.parametrize("name", ["metrics.jsonl", ".rllog.lock"])
+@pytest.mark.parametrize("name", ["metrics.jsonl", "checkpoints.jsonl", ".rllog.lock"])
 def test_a_run_with_a_planted_link_is_refused_at_open(tmp_path: Path, victim: Path, name: str) -> None:
     run = tmp_path / "run"
     run.mkdir()
@@ -39,6 +39,7 @@ def test_a_run_with_a_planted_link_is_refused_at_open(tmp_path: Path, victim: Pa
 
 
 def test_a_planted_checkpoints_jsonl_link_holds_back_the_record(tmp_path: Path, victim: Path) -> None:
+    victim.write_bytes(VICTIM + b"\n")  # a whole last line: nothing to repair at open
     run = tmp_path / "run"
     run.mkdir()
     _plant(run, "checkpoints.jsonl", victim)
@@ -46,7 +47,7 @@ def test_a_planted_checkpoints_jsonl_link_holds_back_the_record(tmp_path: Path, 
         with RunLogger(run, code_diff=False, index=False) as logger:
             logger.log_metrics(0, {"a": 1.0})
             logger.log_checkpoint("000001", batch=1)
-    assert victim.read_bytes() == VICTIM
+    assert victim.read_bytes() == VICTIM + b"\n"
 
 
 @pytest.mark.parametrize("name", ["config.json", "index.html", "code.diff", "checkpoints/000010.npz"])
