@@ -31,7 +31,7 @@ from typing import Any
 
 from rllog._format.codec import encode_json
 from rllog._format.layout import CHECKPOINTS_FILE, CODE_DIFF_FILE, CONFIG_FILE, METRICS_FILE
-from rllog._format.records import ResumeState, last_checkpoint
+from rllog._format.records import ResumeState
 from rllog._write.checkpoints import CheckpointCommitter, checkpoint_record, read_checkpoints
 from rllog._write.metrics import MetricsWriter
 from rllog._write.notes import Notes
@@ -63,6 +63,14 @@ class RunLogger:
             counts samples or tokens works), else its ``step``.
         resume_key: the checkpoint key that holds the next batch (default ``"batch"``);
             metric steps are compared with it.
+        resume_require: the key a record must have to be resumed from (default
+            ``"state_path"``, tinker-cookbook's ``get_last_checkpoint`` rule: sampler-only
+            records are skipped); None takes the last record with ``resume_key``. For
+            records with an ``epoch`` see :mod:`rllog._write.resume_point` (the point is
+            the last step logged before the checkpoint, or tinker's
+            ``epoch * batches_per_epoch + batch``; when it cannot be told nothing moves
+            and a warning says so). On resume, the iteration reports and rollout
+            summaries at or past the point are moved to ``superseded/``.
         strict_json: write NaN/±Infinity as ``null`` (strict JSON) instead of the
             ``NaN``/``Infinity`` tokens.
         code_diff: write code.diff (commit, ``git diff HEAD``, untracked files) at start.
@@ -104,6 +112,7 @@ class RunLogger:
         config: Any = None,
         resume: bool = False,
         resume_key: str = "batch",
+        resume_require: str | None = "state_path",
         strict_json: bool = False,
         code_diff: bool = True,
         rank: int | None = None,
@@ -123,6 +132,9 @@ class RunLogger:
         self.is_writer = True
         self.strict_json = strict_json
         self.resume_key = resume_key
+        self.resume_require = resume_require
+        # the highest row position logged (epoch checkpoint records keep it)
+        self._last_logged: int | float | None = None
         self.resume_state: ResumeState | None = None
         self._notes = Notes()
         self.warnings = self._notes.messages
@@ -198,16 +210,26 @@ class RunLogger:
             if repaired:
                 self._notes.note(repaired)
         if resume:
-            records = read_checkpoints(storage, self.warnings)
-            rec = last_checkpoint(records, self.resume_key)
-            if rec is not None:
-                self.resume_state = ResumeState.from_record(rec, self.resume_key)
-            supersede(storage, self.resume_state.batch if self.resume_state else 0, self._notes.note)
+            self._resume(storage)
         elif storage.exists(METRICS_FILE) and storage.size(METRICS_FILE) > 0:
             self._notes.note(
                 f"{storage.url}/{METRICS_FILE} already has rows; new rows are appended after them. "
                 "Pass resume=True to continue from the last checkpoint instead."
             )
+
+    def _resume(self, storage: Storage) -> None:
+        """Choose the record and the point (rllog._write.resume_point), then move rows
+        (supersede) and the crashed run's reports (move_reports_aside) past it."""
+        from rllog._write.resume_point import choose_record, move_reports_aside, resume_point
+
+        records = read_checkpoints(storage, self.warnings)
+        rec = choose_record(records, self.resume_key, self.resume_require, self._notes.note)
+        if rec is not None:
+            self.resume_state = ResumeState.from_record(rec, self.resume_key)
+        point = resume_point(storage, rec, self.resume_key, self._notes.note)
+        if point is not None:
+            supersede(storage, point, self._notes.note)
+            move_reports_aside(storage, point, self._notes.note)
 
     def _write_code_diff(self) -> None:
         from rllog._write.codediff import code_diff
@@ -245,6 +267,9 @@ class RunLogger:
             RuntimeError: the logger is closed.
         """
         self._metrics.write(step, metrics)
+        position = metrics.get("progress/batch", step)
+        if isinstance(position, (int, float)) and (self._last_logged is None or position > self._last_logged):
+            self._last_logged = position
 
     def _check_rewrite(self, what: str, iteration: Any, eval_name: str | None) -> None:
         """Warn (once per kind) when this logger writes an iteration's artifact a second time:
@@ -321,7 +346,11 @@ class RunLogger:
         if self._closed:
             raise RuntimeError(f"log_checkpoint({name!r}) on a closed RunLogger for {self.log_path}")
         fields = {"epoch": epoch, "final": final, "state_path": state_path, "sampler_path": sampler_path}
-        self._checkpoints.add(checkpoint_record(name, batch, fields, loop_state))
+        record = checkpoint_record(name, batch, fields, loop_state)
+        if epoch is not None and self._last_logged is not None and "last_logged_step" not in record:
+            # ``batch`` counts within the epoch: the last position logged says where a resume starts
+            record["last_logged_step"] = self._last_logged
+        self._checkpoints.add(record)
 
     # -- logtree reports (rllog.logtree) ---------------------------------------------
 

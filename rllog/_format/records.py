@@ -26,7 +26,6 @@ __all__ = [
     "TYPE_KEY",
     "ResumeState",
     "parse_checkpoints",
-    "last_checkpoint",
     "SCHEMA_VERSION",
     "StepSummary",
     "TrajectorySummary",
@@ -95,15 +94,6 @@ def parse_checkpoints(data: bytes, where: str, warnings_out: list[str] | None = 
         elif warnings_out is not None:
             warnings_out.append(f"{where} line {lineno}: not a JSON object, skipped")
     return records
-
-
-def last_checkpoint(records: list[dict[str, Any]], key: str = "batch") -> dict[str, Any] | None:
-    """The last record that has ``key`` with an int value (the one to resume from), or None."""
-    for rec in reversed(records):
-        value = rec.get(key)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return rec
-    return None
 
 
 # ----------------------------------------------------------------------------- rollout summaries

@@ -40,6 +40,8 @@ def checkpoint_record(
     Raises:
         TypeError: ``name`` is not a non-empty str, or ``batch`` not an int (numpy ints
             are converted).
+        ValueError: ``batch`` or ``epoch`` is negative or >= 2**63 (a resume could not
+            use it).
     """
     if not isinstance(name, str) or not name:
         raise TypeError(f"checkpoint name must be a non-empty str, got {name!r}")
@@ -48,6 +50,13 @@ def checkpoint_record(
         batch = item() if callable(item) else batch
         if isinstance(batch, bool) or not isinstance(batch, int):
             raise TypeError(f"log_checkpoint({name!r}): batch must be an int, got {type(batch).__name__}")
+    for key, value in (("batch", batch), ("epoch", fields.get("epoch"))):
+        if value is not None and not (isinstance(value, int) and 0 <= value < 2**63):
+            raise ValueError(
+                f"log_checkpoint({name!r}): {key} must be an int in [0, 2**63), got {value!r}"
+                if isinstance(value, int) and not isinstance(value, bool)
+                else f"log_checkpoint({name!r}): {key} must be an int, got {type(value).__name__}"
+            )
     record: dict[str, Any] = {"name": name}
     for key, value in {"batch": batch, **fields}.items():
         if value is not None:
