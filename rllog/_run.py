@@ -90,7 +90,8 @@ class RunLogger:
         storage_options: passed to fsspec for URLs (``token=``, ``endpoint_url=``...).
 
     Raises:
-        TypeError, ValueError: on a bad ``log_path`` or argument.
+        TypeError, ValueError: on a bad ``log_path`` or argument; TypeError for an
+            unknown keyword argument with a local path (the valid ones are listed).
         RuntimeError: another live process writes this (local) run and ``shared`` is not set.
         StorageError: ``resume=True`` and the run's files cannot be read (a bucket that
             does not answer); StoragePermanentError: the bucket is missing or access is
@@ -128,6 +129,7 @@ class RunLogger:
                 "RunLogger(shared=True, resume=True): a shared logger joins a run another process "
                 "writes, and that process owns its resume; pass one of them"
             )
+        _reject_local_options(log_path, storage_options)
         self.rank = process_rank() if rank is None else int(rank)
         self.is_writer = True
         self.strict_json = strict_json
@@ -601,6 +603,30 @@ class NullRunLogger(RunLogger):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (NullRunLogger, (self.log_path,), {"rank": self.rank})
+
+
+_OPTIONS = (
+    "config, resume, resume_key, resume_require, strict_json, code_diff, rank, all_ranks, console, "
+    "shared, index"
+)
+
+
+def _reject_local_options(log_path: Any, storage_options: dict[str, Any]) -> None:
+    """A local path takes no storage options: an unknown keyword is a typo or a misplaced
+    option, never silently ignored.
+
+    Raises:
+        TypeError: naming the unknown keywords and listing the valid ones.
+    """
+    if not storage_options or not isinstance(log_path, (str, os.PathLike)):
+        return
+    url = os.fspath(log_path)
+    if "://" in url and not url.startswith("file://"):
+        return
+    raise TypeError(
+        f"RunLogger({url!r}): unknown keyword argument(s) {sorted(storage_options)}; a local path takes "
+        f"only: {_OPTIONS} (storage options such as token= or endpoint_url= are for gs://, s3://... URLs)"
+    )
 
 
 def _worker_logger(log_path: str, strict_json: bool, storage_options: dict[str, Any]) -> RunLogger:
