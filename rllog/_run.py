@@ -32,12 +32,12 @@ from typing import Any
 
 from rllog._format.codec import encode_json
 from rllog._format.layout import CHECKPOINTS_FILE, CODE_DIFF_FILE, CONFIG_FILE, METRICS_FILE
-from rllog._format.records import ResumeState, last_checkpoint
+from rllog._format.records import ResumeState
 from rllog._write.checkpoints import CheckpointCommitter, checkpoint_record, read_checkpoints
 from rllog._write.metrics import MetricsWriter
 from rllog._write.notes import Notes
 from rllog._write.rank import process_rank
-from rllog._write.resume import lock_run, repair_torn_tail, supersede, timestamped
+from rllog._write.resume import lock_run, repair_torn_tail, supersede, timestamped, unlock_run
 from rllog._write.rollouts import RolloutFiles, encode_rollouts
 from rllog._write.timing import Timer, Timings
 from rllog.errors import StorageError
@@ -65,6 +65,14 @@ class RunLogger:
             counts samples or tokens works), else its ``step``.
         resume_key: the checkpoint key that holds the next batch (default ``"batch"``);
             metric steps are compared with it.
+        resume_require: the key a record must have to be resumed from (default
+            ``"state_path"``, tinker-cookbook's ``get_last_checkpoint`` rule: sampler-only
+            records are skipped); None takes the last record with ``resume_key``. For
+            records with an ``epoch`` see :mod:`rllog._write.resume_point` (the point is
+            the last step logged before the checkpoint, or tinker's
+            ``epoch * batches_per_epoch + batch``; when it cannot be told nothing moves
+            and a warning says so). On resume, the iteration reports and rollout
+            summaries at or past the point are moved to ``superseded/``.
         strict_json: write NaN/±Infinity as ``null`` (strict JSON) instead of the
             ``NaN``/``Infinity`` tokens.
         code_diff: write code.diff (commit, ``git diff HEAD``, untracked files) at start.
@@ -104,7 +112,8 @@ class RunLogger:
         storage_options: passed to fsspec for URLs (``token=``, ``endpoint_url=``...).
 
     Raises:
-        TypeError, ValueError: on a bad ``log_path`` or argument.
+        TypeError, ValueError: on a bad ``log_path`` or argument; TypeError for an
+            unknown keyword argument with a local path (the valid ones are listed).
         RuntimeError: another live process writes this (local) run and ``shared`` is not set.
         StorageError: ``resume=True`` and the run's files cannot be read (a bucket that
             does not answer); StoragePermanentError: the bucket is missing or access is
@@ -128,6 +137,7 @@ class RunLogger:
         config: Any = None,
         resume: bool = False,
         resume_key: str = "batch",
+        resume_require: str | None = "state_path",
         strict_json: bool = False,
         code_diff: bool = True,
         rank: int | None = None,
@@ -149,11 +159,15 @@ class RunLogger:
                 "RunLogger(shared=True, resume=True): a shared logger joins a run another process "
                 "writes, and that process owns its resume; pass one of them"
             )
+        _reject_local_options(log_path, storage_options)
         sinks = _resolve_sinks(report_to)  # misuse and missing trackers fail before anything is opened
         self.rank = process_rank() if rank is None else int(rank)
         self.is_writer = True
         self.strict_json = strict_json
         self.resume_key = resume_key
+        self.resume_require = resume_require
+        # the highest row position logged (epoch checkpoint records keep it)
+        self._last_logged: int | float | None = None
         self.resume_state: ResumeState | None = None
         self._notes = Notes()
         self.warnings = self._notes.messages
@@ -219,6 +233,8 @@ class RunLogger:
         try:
             self._start_checks(resume)
         except OSError as exc:
+            if isinstance(storage, LocalStorage) and isinstance(exc, StorageError):
+                raise  # a planted symlink or a folder that may not be written: nothing can be logged
             if resume:
                 raise StorageError(f"cannot resume {storage.url}: its files cannot be read ({exc})") from exc
             self._notes.note(
@@ -233,16 +249,26 @@ class RunLogger:
             if repaired:
                 self._notes.note(repaired)
         if resume:
-            records = read_checkpoints(storage, self.warnings)
-            rec = last_checkpoint(records, self.resume_key)
-            if rec is not None:
-                self.resume_state = ResumeState.from_record(rec, self.resume_key)
-            supersede(storage, self.resume_state.batch if self.resume_state else 0, self._notes.note)
+            self._resume(storage)
         elif storage.exists(METRICS_FILE) and storage.size(METRICS_FILE) > 0:
             self._notes.note(
                 f"{storage.url}/{METRICS_FILE} already has rows; new rows are appended after them. "
                 "Pass resume=True to continue from the last checkpoint instead."
             )
+
+    def _resume(self, storage: Storage) -> None:
+        """Choose the record and the point (rllog._write.resume_point), then move rows
+        (supersede) and the crashed run's reports (move_reports_aside) past it."""
+        from rllog._write.resume_point import choose_record, move_reports_aside, resume_point
+
+        records = read_checkpoints(storage, self.warnings)
+        rec = choose_record(records, self.resume_key, self.resume_require, self._notes.note)
+        if rec is not None:
+            self.resume_state = ResumeState.from_record(rec, self.resume_key)
+        point = resume_point(storage, rec, self.resume_key, self._notes.note)
+        if point is not None:
+            supersede(storage, point, self._notes.note)
+            move_reports_aside(storage, point, self._notes.note)
 
     def _write_code_diff(self) -> None:
         from rllog._write.codediff import code_diff
@@ -284,6 +310,9 @@ class RunLogger:
             if self._timings.spans:
                 self._write_spans(step)
         self._metrics.write(step, metrics)
+        position = metrics.get("progress/batch", step)
+        if isinstance(position, (int, float)) and (self._last_logged is None or position > self._last_logged):
+            self._last_logged = position
 
     def _check_open(self, call: str) -> None:
         """Every writing call after :meth:`close` raises the same error, on every backend."""
@@ -369,6 +398,9 @@ class RunLogger:
         self._check_open(f"log_checkpoint({name!r})")
         fields = {"epoch": epoch, "final": final, "state_path": state_path, "sampler_path": sampler_path}
         record = checkpoint_record(name, batch, fields, loop_state)
+        if epoch is not None and self._last_logged is not None and "last_logged_step" not in record:
+            # ``batch`` counts within the epoch: the last position logged says where a resume starts
+            record["last_logged_step"] = self._last_logged
         self._checkpoints.add(record)
         if self._sinks is not None:
             self._sinks.put("log_checkpoint", dict(record))
@@ -548,7 +580,7 @@ class RunLogger:
             except OSError as exc:
                 self._notes.note(f"closing {self.log_path} failed: {exc}")
         if self._run_lock is not None:
-            os.close(self._run_lock)  # releases the flock
+            unlock_run(self.storage, self._run_lock)  # releases the flock, removes .rllog.lock
             self._run_lock = None
 
     # -- trackers, live doctor, timers (rllog.sinks) ----------------------------------
@@ -800,6 +832,24 @@ def _public_signature(init: Any) -> inspect.Signature:
 
 
 RunLogger.__signature__ = _public_signature(RunLogger.__init__)  # type: ignore[attr-defined]  # read by inspect
+
+
+def _reject_local_options(log_path: Any, storage_options: dict[str, Any]) -> None:
+    """A local path takes no storage options: an unknown keyword is a typo or a misplaced
+    option, never silently ignored.
+
+    Raises:
+        TypeError: naming the unknown keywords and listing the valid ones.
+    """
+    if not storage_options or not isinstance(log_path, (str, os.PathLike)):
+        return
+    url = os.fspath(log_path)
+    if "://" in url and not url.startswith("file://"):
+        return
+    raise TypeError(
+        f"RunLogger({url!r}): unknown keyword argument(s) {sorted(storage_options)}; a local path takes "
+        f"only: {', '.join(list(inspect.signature(RunLogger).parameters)[1:])} (storage options such as token= or endpoint_url= are for gs://, s3://... URLs)"
+    )
 
 
 def _worker_logger(log_path: str | Storage, strict_json: bool, storage_options: dict[str, Any]) -> RunLogger:

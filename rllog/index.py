@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from rllog._format.redact import redact_tree
 from rllog._format.vocab import MAIN_METRICS
 from rllog.storage import ReadOnlyStorage, Storage, open_storage
 
@@ -190,9 +191,10 @@ def render_index(
         counts=counts,
         charts=charts,
         table=table,
-        config=_flatten(run.config) if run.config is not None else None,
+        config=_flatten(redact_tree(run.config)) if run.config is not None else None,
         checkpoints=[
-            {c: ("" if rec.get(c) is None else str(rec.get(c))) for c in ckpt_cols} for rec in run.checkpoints
+            {c: ("" if rec.get(c) is None else str(rec.get(c))) for c in ckpt_cols}
+            for rec in (redact_tree(r) for r in run.checkpoints)
         ],
         ckpt_cols=ckpt_cols,
         iterations=sorted(by_iteration.items()),

@@ -19,34 +19,84 @@ from typing import Any
 from rllog._format.codec import decode_json
 from rllog._format.jsonl import iter_lines, row_step
 from rllog._format.layout import LOCK_FILE, METRICS_FILE, SUPERSEDED_FILE, TORN_SUFFIX
+from rllog.errors import StorageError
 from rllog.storage import LocalStorage, Storage
 
-__all__ = ["lock_run", "repair_torn_tail", "supersede", "resume_position", "timestamped"]
+__all__ = ["lock_run", "unlock_run", "repair_torn_tail", "supersede", "resume_position", "timestamped"]
 
 
 def lock_run(storage: Storage) -> tuple[int | None, str | None]:
     """Take the run's lock: ``(fd, None)`` when taken (``fd`` is None where there is no
     lock: object stores), ``(None, holder pid as text)`` when a live process holds it.
 
-    Closing ``fd`` releases the lock. Object stores have no such lock; see
+    Release it with :func:`unlock_run` (which also removes ``.rllog.lock``, so a finished
+    run holds no lock file). The file is opened without following symlinks; a lock file
+    removed by its holder between our open and our flock is detected (inode check) and
+    the lock taken again on the new file. Object stores have no such lock; see
     :mod:`rllog.storage` for their writers.
+
+    Raises:
+        StorageError: ``.rllog.lock`` is a symlink or not a regular file (a planted link
+            is never written through), or the run folder is not writable.
     """
     if not isinstance(storage, LocalStorage):
         return None, None
+    import errno
     import fcntl
+    import stat
 
     path = storage.root / LOCK_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
-        os.close(fd)
-        return None, holder
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd, None
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except PermissionError as exc:
+        raise StorageError(
+            f"cannot write {storage.url}: {exc.strerror} (the run folder is not writable)"
+        ) from exc
+    for _ in range(100):
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise StorageError(
+                    f"refusing to lock {path}: it is a symlink; rllog never writes through a link planted in a "
+                    "run folder. Remove it"
+                ) from exc
+            if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise StorageError(
+                    f"cannot write {storage.url}: {exc.strerror} (the run folder is not writable)"
+                ) from exc
+            raise
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+            os.close(fd)
+            raise StorageError(f"refusing to lock {path}: not a regular file of its own (a planted link?)")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
+            os.close(fd)
+            return None, holder
+        try:
+            same = os.stat(path, follow_symlinks=False).st_ino == st.st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            return fd, None
+        os.close(fd)  # its holder removed the file between our open and our flock: take the new one
+    raise StorageError(f"could not take the lock {path}: it keeps being replaced")
+
+
+def unlock_run(storage: Storage, fd: int) -> None:
+    """Release the lock :func:`lock_run` took and remove ``.rllog.lock`` (removed while
+    still held, so no other process can hold the removed file and think it owns the run)."""
+    if isinstance(storage, LocalStorage):
+        try:
+            os.unlink(storage.root / LOCK_FILE)
+        except OSError:
+            pass  # gone already, or a read-only folder: the flock still ends with the close
+    os.close(fd)
 
 
 def repair_torn_tail(storage: Storage, name: str) -> str | None:

@@ -402,9 +402,14 @@ def test_checkpoint_records_and_loop_state_round_trip(tmp_path: Path) -> None:
         "lr": 1e-4,
         "data_order": [3, 1, 2],
         "extra": {"k": "v"},
+        "last_logged_step": 2,  # with an epoch, where a resume from it starts
     }
     assert records[2] == {"name": "final", "batch": 7, "final": True}
     with RunLogger(tmp_path, resume=True, code_diff=False) as logger:
+        state = logger.resume_state
+    # tinker-cookbook's rule: the last record with state_path ("final" has none here)
+    assert state.name == "000006" and state.batch == 6 and state.loop_state["last_logged_step"] == 5
+    with RunLogger(tmp_path, resume=True, resume_require=None, code_diff=False) as logger:
         state = logger.resume_state
     assert state.name == "final" and state.batch == 7 and state.final is True and state.loop_state == {}
     with pytest.raises(TypeError, match="'bad'"):
