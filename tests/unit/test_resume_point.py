@@ -82,7 +82,7 @@ def test_absurd_checkpoint_batches_fail_at_the_call(tmp_path: Path, batch: int) 
     assert not (tmp_path / "checkpoints.jsonl").exists()
 
 
-@pytest.mark.parametrize("kwargs", [{"report_to": ["wandb"]}, {"strict_jsn": True}])
+@pytest.mark.parametrize("kwargs", [{"reprot_to": ["wandb"]}, {"strict_jsn": True}])
 def test_unknown_keywords_for_a_local_path_are_errors(tmp_path: Path, kwargs: dict) -> None:
     with pytest.raises(TypeError, match=f"unknown keyword argument.*{next(iter(kwargs))}.*resume_require"):
         RunLogger(tmp_path / "run", code_diff=False, **kwargs)
