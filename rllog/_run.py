@@ -47,6 +47,9 @@ __all__ = ["RunLogger", "NullRunLogger"]
 _DEFAULT_CLOSE_TIMEOUT = 60.0
 #: seconds without upload progress after which ``close`` stops waiting (a bucket that is down)
 _NO_PROGRESS_TIMEOUT = 5.0
+#: bytes of metrics.jsonl up to which ``close`` writes index.html itself (~0.1 s); past
+#: it a detached process writes the page, so close costs the same for any run length
+INLINE_INDEX_BYTES = 2 << 20
 
 
 class RunLogger:
@@ -74,7 +77,11 @@ class RunLogger:
         console: also print a one-line summary of each metrics row to stderr.
         index: write ``index.html`` (charts of the main metrics, the stability doctor's
             findings, links to every report; see ``rllog index``) at close, and set
-            :attr:`index_url`.
+            :attr:`index_url`. Up to :data:`INLINE_INDEX_BYTES` of metrics (2 MiB) the
+            page is written inside ``close``; for a longer run a detached low-priority
+            process writes it (close stays ~ms whatever the run's length; the page
+            appears when that process finishes). ``memory://`` runs are indexed inside
+            ``close`` (another process cannot see them).
         shared: join a run that another process is writing (e.g. a separate evaluation
             process adding its reports): no lock, no start-up repair or resume; rows
             are appended to the same files. Without it, opening a local run that
@@ -493,8 +500,21 @@ class RunLogger:
                 return False
 
     def _write_index(self) -> None:
-        """Write index.html (charts, doctor findings, report links) for the run as it now is."""
-        if not self.storage.exists(METRICS_FILE):
+        """Write index.html (charts, doctor findings, report links) for the run as it now is.
+
+        A metrics file up to :data:`INLINE_INDEX_BYTES` is indexed here (bounded cost);
+        a larger one by a detached low-priority process (``python -m rllog._indexjob``), so
+        close never re-reads a long run inside training. :attr:`index_url` is set either
+        way; from the job the page appears when it finishes (seconds to a minute)."""
+        try:
+            size = self.storage.size(METRICS_FILE)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            self._notes.warn_once("index", f"could not write index.html for {self.log_path}: {exc}")
+            return
+        if size > INLINE_INDEX_BYTES and not self.log_path.startswith("memory://"):
+            self._start_index_job()
             return
         from rllog.index import write_index
 
@@ -504,6 +524,52 @@ class RunLogger:
             self._notes.warn_once(
                 "index", f"could not write index.html for {self.log_path}: {type(exc).__name__}: {exc}"
             )
+
+    def _start_index_job(self) -> None:
+        """Start ``python -m rllog._indexjob`` detached and at low priority: through ``sh``'s
+        ``&``, so the job is no child of the training process (nothing to reap, no zombie)
+        and outlives it. Its stdout is discarded; its stderr is this process's, for its
+        one-line failure message. The run's URL and storage options go in a private temp
+        file (mode 0600) that the job deletes on reading, never on a command line. A
+        failure to start is warned about."""
+        import pickle
+        import subprocess
+        import sys
+        import tempfile
+
+        options = getattr(self.storage, "storage_options", self._storage_options)
+        package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
+        path = None
+        try:
+            fd, path = tempfile.mkstemp(prefix="rllog-index-job-", suffix=".pickle")
+            with os.fdopen(fd, "wb") as f:
+                pickle.dump({"url": self.log_path, "options": dict(options)}, f)
+            subprocess.run(
+                [
+                    "sh",
+                    "-c",
+                    '"$@" >/dev/null </dev/null &',
+                    "sh",
+                    sys.executable,
+                    "-m",
+                    "rllog._indexjob",
+                    path,
+                ],
+                env=env,
+                check=True,
+                timeout=10,
+            )
+        except (OSError, subprocess.SubprocessError, pickle.PicklingError, TypeError, AttributeError) as exc:
+            if path is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+            self._notes.warn_once(
+                "index", f"could not start the index.html job for {self.log_path}: {exc}; run `rllog index`"
+            )
+            return
+        self.index_url = f"{self.log_path.rstrip('/')}/index.html"
 
     def __enter__(self) -> RunLogger:
         return self

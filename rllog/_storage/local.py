@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -64,12 +65,19 @@ class LocalStorage:
     def write(self, name: str, data: bytes) -> None:
         """Replace ``name`` atomically and durably (temp file, fsync, ``os.replace``).
         Raises OSError (``ENOSPC``...) with the old content kept."""
+        self.write_chunks(name, (data,))
+
+    def write_chunks(self, name: str, chunks: Iterable[bytes]) -> None:
+        """:meth:`write` from an iterable of byte chunks, written as they come (memory
+        bounded by one chunk). Raises OSError, or what ``chunks`` raises, with the old
+        content kept."""
         path = self.path(name)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         try:
             with open(tmp, "wb") as f:
-                f.write(data)
+                for data in chunks:
+                    f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
