@@ -27,13 +27,14 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from typing import Any
+from typing import Any, cast
 
 from rllog._format.codec import encode_json
 from rllog._format.layout import CHECKPOINTS_FILE, CODE_DIFF_FILE, CONFIG_FILE, METRICS_FILE
 from rllog._format.records import ResumeState, last_checkpoint
 from rllog._write.checkpoints import CheckpointCommitter, checkpoint_record, read_checkpoints
 from rllog._write.metrics import MetricsWriter
+from rllog._write.noclobber import NoClobberStorage
 from rllog._write.notes import Notes
 from rllog._write.rank import process_rank
 from rllog._write.resume import lock_run, repair_torn_tail, supersede, timestamped
@@ -156,7 +157,11 @@ class RunLogger:
             self._start(resume)
         warn = self._notes.warn_once
         self._metrics = MetricsWriter(self.storage, strict_json=strict_json, console=console, warn=warn)
-        self._rollouts = RolloutFiles(self.storage, warn)
+        # iteration artifacts: a worker logger keeps another writer's file (see _write.noclobber)
+        self._artifacts: Storage = (
+            cast(Storage, NoClobberStorage(self.storage, warn)) if self._worker else self.storage
+        )
+        self._rollouts = RolloutFiles(self._artifacts, warn)
         self._checkpoints = CheckpointCommitter(
             self.storage,
             self._metrics,
@@ -348,7 +353,7 @@ class RunLogger:
         from rllog.logtree import iteration_trace
 
         return iteration_trace(
-            self.storage,
+            self._artifacts,
             iteration,
             num_groups_to_log=num_groups_to_log,
             title=title,
@@ -370,7 +375,7 @@ class RunLogger:
         from rllog.logtree import iteration_trace
 
         return iteration_trace(
-            self.storage,
+            self._artifacts,
             iteration,
             eval_name=name,
             num_groups_to_log=num_groups_to_log,
@@ -583,7 +588,7 @@ class RunLogger:
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickles as configuration: a worker gets a logger for the same run that writes
         its own artifacts (and can append rows) but does not redo start-of-run work."""
-        return (_worker_logger, (self.log_path, self.strict_json, self._storage_options))
+        return (_worker_logger, (self.log_path, self.strict_json, self._storage_options, os.getpid()))
 
 
 class NullRunLogger(RunLogger):
@@ -638,7 +643,21 @@ class NullRunLogger(RunLogger):
         return (NullRunLogger, (self.log_path,), {"rank": self.rank})
 
 
-def _worker_logger(log_path: str, strict_json: bool, storage_options: dict[str, Any]) -> RunLogger:
+def _worker_logger(
+    log_path: str, strict_json: bool, storage_options: dict[str, Any], pid: int | None = None
+) -> RunLogger:
+    """The logger a pickled :class:`RunLogger` becomes (a worker of the same run).
+
+    Raises:
+        RuntimeError: the run is ``memory://`` and this is another process than the one
+            that pickled it (its files would go to this process's memory and be lost).
+    """
+    if log_path.startswith("memory://") and pid is not None and pid != os.getpid():
+        raise RuntimeError(
+            f"a RunLogger for {log_path} was unpickled in process {os.getpid()}, but memory:// runs live in "
+            f"the memory of the process that opened them ({pid}): what this process wrote would be lost. "
+            "Give workers in other processes a local path shared by them or a bucket URL (gs://, s3://)"
+        )
     return RunLogger(
         log_path, strict_json=strict_json, code_diff=False, rank=0, _worker=True, **storage_options
     )

@@ -93,3 +93,103 @@ def test_close_of_a_long_run_hands_the_index_to_a_process_of_its_own(tmp_path, m
     while not page.exists() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert "<li>50 rows</li>" in page.read_text()
+
+
+# -- several writers of one run ---------------------------------------------------------
+
+
+def test_two_workers_writing_the_same_iteration_keep_both_files(tmp_path):
+    """Two pickled loggers (two rollout workers) write iteration 3's report and rollout
+    summaries: the first one's files stay, the second's go to ``-2`` copies, a warning names
+    them, and the reader lists both under iteration 3."""
+    import pickle
+
+    from rllog import logtree, read_run
+
+    learner = RunLogger(tmp_path, code_diff=False)
+    learner.log_metrics(0, {"loss": 1.0})
+    blob = pickle.dumps(learner)
+    workers = [pickle.loads(blob), pickle.loads(blob)]
+    for w, worker in enumerate(workers):
+        with worker.iteration(3):
+            logtree.text(f"worker {w} was here")
+        worker.log_rollouts(
+            3, [[{"steps": [{"ob_len": 1, "ac_len": 2, "reward": float(w)}], "final_reward": 0.0}]]
+        )
+        worker.close()
+    learner.close()
+    assert "worker 0 was here" in (tmp_path / "train_iteration_000003.html").read_text()
+    assert "worker 1 was here" in (tmp_path / "train_iteration_000003-2.html").read_text()
+    assert "worker 1 was here" in (tmp_path / "train_iteration_000003-2_logtree.json").read_text()
+    first = json.loads((tmp_path / "train_iteration_000003_rollout_summaries.jsonl").read_text())
+    second = json.loads((tmp_path / "train_iteration_000003-2_rollout_summaries.jsonl").read_text())
+    assert (first["total_reward"], second["total_reward"]) == (0.0, 1.0)
+    assert workers[0].warnings == []
+    assert any("train_iteration_000003-2.html" in m for m in workers[1].warnings)
+    assert any("train_iteration_000003-2_rollout_summaries.jsonl" in m for m in workers[1].warnings)
+    run = read_run(tmp_path)
+    (it,) = [it for it in run.iterations if it.iteration == 3]
+    assert sorted(a.name for a in it.artifacts) == [
+        "train_iteration_000003-2.html",
+        "train_iteration_000003-2_logtree.json",
+        "train_iteration_000003-2_rollout_summaries.jsonl",
+        "train_iteration_000003.html",
+        "train_iteration_000003_logtree.json",
+        "train_iteration_000003_rollout_summaries.jsonl",
+    ]
+
+
+def test_a_worker_rewriting_its_own_iteration_replaces_its_file(tmp_path):
+    import pickle
+
+    learner = RunLogger(tmp_path, code_diff=False)
+    worker = pickle.loads(pickle.dumps(learner))
+    for reward in (1.0, 2.0):
+        worker.log_rollouts(5, [[{"steps": [{"reward": reward}], "final_reward": 0.0}]])
+        worker.flush()
+    worker.close()
+    learner.close()
+    assert not (tmp_path / "train_iteration_000005-2_rollout_summaries.jsonl").exists()
+    assert (
+        json.loads((tmp_path / "train_iteration_000005_rollout_summaries.jsonl").read_text())["total_reward"]
+        == 2.0
+    )
+
+
+def test_pickled_loggers_in_another_process(tmp_path):
+    """A memory:// logger unpickled in another process raises saying memory:// is per
+    process; a rank-1 NullRunLogger stays a non-writer there (no RANK set)."""
+    import os
+    import pickle
+    import subprocess
+    import sys
+
+    from rllog._run import NullRunLogger
+
+    mem = RunLogger(f"memory://scale-{os.getpid()}/run", code_diff=False, index=False)
+    null = RunLogger(tmp_path, rank=1)
+    assert isinstance(null, NullRunLogger)
+    code = (
+        "import pickle, sys\n"
+        "null_blob, mem_blob = pickle.load(sys.stdin.buffer)\n"
+        "null = pickle.loads(null_blob)\n"
+        "null.log_metrics(0, {'x': 1.0}); null.close()\n"
+        "print('null', type(null).__name__, null.is_writer, null.rank)\n"
+        "try:\n"
+        "    pickle.loads(mem_blob)\n"
+        "except RuntimeError as exc:\n"
+        "    print('mem', exc)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK")}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        input=pickle.dumps((pickle.dumps(null), pickle.dumps(mem))),
+        capture_output=True,
+        env=env,
+        timeout=120,
+        check=True,
+    ).stdout.decode()
+    mem.close()
+    assert "null NullRunLogger False 1" in out
+    assert "memory:// runs live in the memory of the process that opened them" in out
+    assert not (tmp_path / "metrics.jsonl").exists()
