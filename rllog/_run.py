@@ -25,6 +25,7 @@ and ``close`` says what could not be written and where it was saved instead. Mis
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import threading
 from typing import Any, cast
@@ -70,8 +71,9 @@ class RunLogger:
         strict_json: write NaN/±Infinity as ``null`` (strict JSON) instead of the
             ``NaN``/``Infinity`` tokens.
         code_diff: write code.diff (commit, ``git diff HEAD``, untracked files) at start.
-        rank: this process's rank; default from torch.distributed, ``$RANK`` or
-            ``$LOCAL_RANK``. Only rank 0 writes unless ``all_ranks=True``; on other
+        rank: this process's rank; default from torch.distributed when initialised, else
+            the first of ``$RANK``, ``$SLURM_PROCID``, ``$OMPI_COMM_WORLD_RANK``,
+            ``$PMI_RANK``, ``$LOCAL_RANK``, else 0. Only rank 0 writes unless ``all_ranks=True``; on other
             ranks ``RunLogger(...)`` returns a :class:`NullRunLogger`, whose every method
             is a cheap no-op (:attr:`is_writer` is False).
         all_ranks: write from every rank (then give each rank its own ``log_path``).
@@ -256,6 +258,11 @@ class RunLogger:
         """
         self._metrics.write(step, metrics)
 
+    def _check_open(self, call: str) -> None:
+        """Every writing call after :meth:`close` raises the same error, on every backend."""
+        if self._closed:
+            raise RuntimeError(f"{call} on a closed RunLogger for {self.log_path}")
+
     def _check_rewrite(self, what: str, iteration: Any, eval_name: str | None) -> None:
         """Warn (once per kind) when this logger writes an iteration's artifact a second time:
         the new file replaces the old one, which is right after a resume but is usually a
@@ -279,6 +286,7 @@ class RunLogger:
         Raises:
             ConfigError: the config is not an object with fields or a mapping.
         """
+        self._check_open("log_config")
         from rllog._write.config import config_to_dict
 
         data = encode_json(config_to_dict(config), indent=2, strict_json=self.strict_json) + b"\n"
@@ -328,8 +336,7 @@ class RunLogger:
                 value is not JSON-able (the key is named).
             RuntimeError: the logger is closed.
         """
-        if self._closed:
-            raise RuntimeError(f"log_checkpoint({name!r}) on a closed RunLogger for {self.log_path}")
+        self._check_open(f"log_checkpoint({name!r})")
         fields = {"epoch": epoch, "final": final, "state_path": state_path, "sampler_path": sampler_path}
         self._checkpoints.add(checkpoint_record(name, batch, fields, loop_state))
 
@@ -349,6 +356,7 @@ class RunLogger:
         On ranks that do not write (:class:`NullRunLogger`) it is a cheap no-op
         (``trace`` is None and logtree calls inside are no-ops).
         """
+        self._check_open(f"iteration({iteration!r})")
         self._check_rewrite("report", iteration, None)
         from rllog.logtree import iteration_trace
 
@@ -371,6 +379,7 @@ class RunLogger:
         Raises:
             TypeError: ``name`` is not a str (raised at the ``with``, before the block runs).
         """
+        self._check_open(f"evaluation({name!r}, {iteration!r})")
         self._check_rewrite("report", iteration, name)
         from rllog.logtree import iteration_trace
 
@@ -416,7 +425,7 @@ class RunLogger:
             TypeError, ValueError: a value of the wrong type or shape (the message names
                 the group, trajectory, step and key); nothing is written.
         """
-        self._check_rewrite("rollout summaries file", iteration, eval_name)
+        self._check_open(f"log_rollouts({iteration!r}, ...)")
         name, _, data = encode_rollouts(
             iteration,
             groups,
@@ -426,6 +435,9 @@ class RunLogger:
             sampling_client_step=sampling_client_step,
             strict_json=self.strict_json,
         )
+        self._check_rewrite(
+            "rollout summaries file", iteration, eval_name
+        )  # after the checks: nothing written yet
         self._rollouts.add(name, data)  # a newer file for the same name replaces an unwritten one
 
     def flush(self, durable: bool = False) -> None:
@@ -588,7 +600,8 @@ class RunLogger:
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickles as configuration: a worker gets a logger for the same run that writes
         its own artifacts (and can append rows) but does not redo start-of-run work."""
-        return (_worker_logger, (self.log_path, self.strict_json, self._storage_options, os.getpid()))
+        where = self.log_path if self._owns_storage else self.storage
+        return (_worker_logger, (where, self.strict_json, self._storage_options, os.getpid()))
 
 
 class NullRunLogger(RunLogger):
@@ -601,9 +614,21 @@ class NullRunLogger(RunLogger):
     """
 
     def __init__(
-        self, log_path: str | os.PathLike[str] | Storage, *, rank: int | None = None, **_: Any
+        self,
+        log_path: str | os.PathLike[str] | Storage,
+        *,
+        rank: int | None = None,
+        strict_json: bool = False,
+        resume_key: str = "batch",
+        console: bool = False,
+        **_: Any,
     ) -> None:
+        if not isinstance(log_path, (str, os.PathLike, Storage)):
+            raise TypeError(f"log_path must be a path, a URL or a Storage, got {type(log_path).__name__}")
         self.rank = process_rank() if rank is None else int(rank)
+        self.strict_json = strict_json
+        self.resume_key = resume_key
+        self._console = console
         self.is_writer = False
         self.resume_state = None
         self.warnings = []
@@ -611,6 +636,14 @@ class NullRunLogger(RunLogger):
         self.storage = None  # type: ignore[assignment]  # a null logger has no storage
         self.log_path = os.fspath(log_path) if isinstance(log_path, (str, os.PathLike)) else log_path.url
         self._closed = False
+
+    @property
+    def console(self) -> bool:
+        return self._console
+
+    @console.setter
+    def console(self, value: bool) -> None:
+        self._console = value
 
     def log_metrics(self, step: int, metrics: dict[str, Any]) -> None:
         pass
@@ -643,8 +676,20 @@ class NullRunLogger(RunLogger):
         return (NullRunLogger, (self.log_path,), {"rank": self.rank})
 
 
+def _public_signature(init: Any) -> inspect.Signature:
+    """``RunLogger.__init__``'s signature without ``self`` and private keywords: what
+    ``help(RunLogger)`` and IDEs show (``__new__`` takes ``*args, **kwargs`` to pick the class)."""
+    sig = inspect.signature(init)
+    return sig.replace(
+        parameters=[p for n, p in sig.parameters.items() if n != "self" and not n.startswith("_")]
+    )
+
+
+RunLogger.__signature__ = _public_signature(RunLogger.__init__)  # type: ignore[attr-defined]  # read by inspect
+
+
 def _worker_logger(
-    log_path: str, strict_json: bool, storage_options: dict[str, Any], pid: int | None = None
+    log_path: str | Storage, strict_json: bool, storage_options: dict[str, Any], pid: int | None = None
 ) -> RunLogger:
     """The logger a pickled :class:`RunLogger` becomes (a worker of the same run).
 
@@ -652,9 +697,10 @@ def _worker_logger(
         RuntimeError: the run is ``memory://`` and this is another process than the one
             that pickled it (its files would go to this process's memory and be lost).
     """
-    if log_path.startswith("memory://") and pid is not None and pid != os.getpid():
+    url = log_path if isinstance(log_path, str) else log_path.url
+    if url.startswith("memory://") and pid is not None and pid != os.getpid():
         raise RuntimeError(
-            f"a RunLogger for {log_path} was unpickled in process {os.getpid()}, but memory:// runs live in "
+            f"a RunLogger for {url} was unpickled in process {os.getpid()}, but memory:// runs live in "
             f"the memory of the process that opened them ({pid}): what this process wrote would be lost. "
             "Give workers in other processes a local path shared by them or a bucket URL (gs://, s3://)"
         )
