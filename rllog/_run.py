@@ -28,13 +28,14 @@ import contextlib
 import inspect
 import os
 import threading
-from typing import Any
+from typing import Any, cast
 
 from rllog._format.codec import encode_json
 from rllog._format.layout import CHECKPOINTS_FILE, CODE_DIFF_FILE, CONFIG_FILE, METRICS_FILE
 from rllog._format.records import ResumeState
 from rllog._write.checkpoints import CheckpointCommitter, checkpoint_record, read_checkpoints
 from rllog._write.metrics import MetricsWriter
+from rllog._write.noclobber import NoClobberStorage
 from rllog._write.notes import Notes
 from rllog._write.rank import process_rank
 from rllog._write.resume import lock_run, repair_torn_tail, supersede, timestamped, unlock_run
@@ -49,6 +50,9 @@ __all__ = ["RunLogger", "NullRunLogger"]
 _DEFAULT_CLOSE_TIMEOUT = 60.0
 #: seconds without upload progress after which ``close`` stops waiting (a bucket that is down)
 _NO_PROGRESS_TIMEOUT = 5.0
+#: bytes of metrics.jsonl up to which ``close`` writes index.html itself (~0.1 s); past
+#: it a detached process writes the page, so close costs the same for any run length
+INLINE_INDEX_BYTES = 2 << 20
 
 
 class RunLogger:
@@ -85,7 +89,11 @@ class RunLogger:
         console: also print a one-line summary of each metrics row to stderr.
         index: write ``index.html`` (charts of the main metrics, the stability doctor's
             findings, links to every report; see ``rllog index``) at close, and set
-            :attr:`index_url`.
+            :attr:`index_url`. Up to :data:`INLINE_INDEX_BYTES` of metrics (2 MiB) the
+            page is written inside ``close``; for a longer run a detached low-priority
+            process writes it (close stays ~ms whatever the run's length; the page
+            appears when that process finishes). ``memory://`` runs are indexed inside
+            ``close`` (another process cannot see them).
         shared: join a run that another process is writing (e.g. a separate evaluation
             process adding its reports): no lock, no start-up repair or resume; rows
             are appended to the same files. Without it, opening a local run that
@@ -200,7 +208,11 @@ class RunLogger:
         self._sinks: Any = None
         if sinks or doctor:
             self._sinks = self._start_sinks(sinks, doctor, on_finding, sink_queue_size)
-        self._rollouts = RolloutFiles(self.storage, warn)
+        # iteration artifacts: a worker logger keeps another writer's file (see _write.noclobber)
+        self._artifacts: Storage = (
+            cast(Storage, NoClobberStorage(self.storage, warn)) if self._worker else self.storage
+        )
+        self._rollouts = RolloutFiles(self._artifacts, warn)
         self._checkpoints = CheckpointCommitter(
             self.storage,
             self._metrics,
@@ -427,7 +439,7 @@ class RunLogger:
 
         return self._reported(
             iteration_trace(
-                self.storage,
+                self._artifacts,
                 iteration,
                 num_groups_to_log=num_groups_to_log,
                 title=title,
@@ -454,7 +466,7 @@ class RunLogger:
 
         return self._reported(
             iteration_trace(
-                self.storage,
+                self._artifacts,
                 iteration,
                 eval_name=name,
                 num_groups_to_log=num_groups_to_log,
@@ -681,8 +693,21 @@ class RunLogger:
                 return False
 
     def _write_index(self) -> None:
-        """Write index.html (charts, doctor findings, report links) for the run as it now is."""
-        if not self.storage.exists(METRICS_FILE):
+        """Write index.html (charts, doctor findings, report links) for the run as it now is.
+
+        A metrics file up to :data:`INLINE_INDEX_BYTES` is indexed here (bounded cost);
+        a larger one by a detached low-priority process (``python -m rllog._indexjob``), so
+        close never re-reads a long run inside training. :attr:`index_url` is set either
+        way; from the job the page appears when it finishes (seconds to a minute)."""
+        try:
+            size = self.storage.size(METRICS_FILE)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            self._notes.warn_once("index", f"could not write index.html for {self.log_path}: {exc}")
+            return
+        if size > INLINE_INDEX_BYTES and not self.log_path.startswith("memory://"):
+            self._start_index_job()
             return
         from rllog.index import write_index
 
@@ -692,6 +717,52 @@ class RunLogger:
             self._notes.warn_once(
                 "index", f"could not write index.html for {self.log_path}: {type(exc).__name__}: {exc}"
             )
+
+    def _start_index_job(self) -> None:
+        """Start ``python -m rllog._indexjob`` detached and at low priority: through ``sh``'s
+        ``&``, so the job is no child of the training process (nothing to reap, no zombie)
+        and outlives it. Its stdout is discarded; its stderr is this process's, for its
+        one-line failure message. The run's URL and storage options go in a private temp
+        file (mode 0600) that the job deletes on reading, never on a command line. A
+        failure to start is warned about."""
+        import pickle
+        import subprocess
+        import sys
+        import tempfile
+
+        options = getattr(self.storage, "storage_options", self._storage_options)
+        package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
+        path = None
+        try:
+            fd, path = tempfile.mkstemp(prefix="rllog-index-job-", suffix=".pickle")
+            with os.fdopen(fd, "wb") as f:
+                pickle.dump({"url": self.log_path, "options": dict(options)}, f)
+            subprocess.run(
+                [
+                    "sh",
+                    "-c",
+                    '"$@" >/dev/null </dev/null &',
+                    "sh",
+                    sys.executable,
+                    "-m",
+                    "rllog._indexjob",
+                    path,
+                ],
+                env=env,
+                check=True,
+                timeout=10,
+            )
+        except (OSError, subprocess.SubprocessError, pickle.PicklingError, TypeError, AttributeError) as exc:
+            if path is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+            self._notes.warn_once(
+                "index", f"could not start the index.html job for {self.log_path}: {exc}; run `rllog index`"
+            )
+            return
+        self.index_url = f"{self.log_path.rstrip('/')}/index.html"
 
     def __enter__(self) -> RunLogger:
         return self
@@ -706,7 +777,7 @@ class RunLogger:
         """Pickles as configuration: a worker gets a logger for the same run that writes
         its own artifacts (and can append rows) but does not redo start-of-run work."""
         where = self.log_path if self._owns_storage else self.storage
-        return (_worker_logger, (where, self.strict_json, self._storage_options))
+        return (_worker_logger, (where, self.strict_json, self._storage_options, os.getpid()))
 
 
 def _resolve_sinks(report_to: Any) -> list[Any]:
@@ -852,7 +923,22 @@ def _reject_local_options(log_path: Any, storage_options: dict[str, Any]) -> Non
     )
 
 
-def _worker_logger(log_path: str | Storage, strict_json: bool, storage_options: dict[str, Any]) -> RunLogger:
+def _worker_logger(
+    log_path: str | Storage, strict_json: bool, storage_options: dict[str, Any], pid: int | None = None
+) -> RunLogger:
+    """The logger a pickled :class:`RunLogger` becomes (a worker of the same run).
+
+    Raises:
+        RuntimeError: the run is ``memory://`` and this is another process than the one
+            that pickled it (its files would go to this process's memory and be lost).
+    """
+    url = log_path if isinstance(log_path, str) else log_path.url
+    if url.startswith("memory://") and pid is not None and pid != os.getpid():
+        raise RuntimeError(
+            f"a RunLogger for {url} was unpickled in process {os.getpid()}, but memory:// runs live in "
+            f"the memory of the process that opened them ({pid}): what this process wrote would be lost. "
+            "Give workers in other processes a local path shared by them or a bucket URL (gs://, s3://)"
+        )
     return RunLogger(
         log_path, strict_json=strict_json, code_diff=False, rank=0, _worker=True, **storage_options
     )

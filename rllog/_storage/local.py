@@ -7,6 +7,7 @@ import os
 import secrets
 import stat
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +135,12 @@ class LocalStorage:
         created with ``O_EXCL``, fsync, ``os.replace``). Raises OSError (``ENOSPC``...)
         with the old content kept; StorageError when ``name`` or a folder on its way is a
         symlink (nothing is written) or the folder is not writable."""
+        self.write_chunks(name, (data,))
+
+    def write_chunks(self, name: str, chunks: Iterable[bytes]) -> None:
+        """:meth:`write` from an iterable of byte chunks, written as they come (memory
+        bounded by one chunk). Raises as :meth:`write`, or what ``chunks`` raises, with the
+        old content kept."""
         dfd, leaf = self._dir_fd(name)
         tmp = f".{leaf}.{secrets.token_hex(8)}.tmp"
         try:
@@ -148,7 +155,8 @@ class LocalStorage:
                 raise self._refuse(name, exc) from exc
             try:
                 try:
-                    write_all(fd, data)
+                    for data in chunks:
+                        write_all(fd, data)
                     os.fsync(fd)
                 finally:
                     os.close(fd)

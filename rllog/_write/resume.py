@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from rllog._format.codec import decode_json
-from rllog._format.jsonl import iter_lines, row_step
+from rllog._format.jsonl import row_step
 from rllog._format.layout import LOCK_FILE, METRICS_FILE, SUPERSEDED_FILE, TORN_SUFFIX
 from rllog.errors import StorageError
 from rllog.storage import LocalStorage, Storage
@@ -152,32 +152,111 @@ def repair_torn_tail(storage: Storage, name: str) -> str | None:
     )
 
 
+#: bytes read per ranged read while resuming; also the most moved rows held before appending them
+_CHUNK = 8 << 20
+
+
+def _iter_file_lines(storage: Storage, name: str, size: int) -> Iterator[tuple[int, int, bytes]]:
+    """``(line number, byte offset, line with its newline)`` for each line of the first
+    ``size`` bytes of ``name``, read in ranged reads of :data:`_CHUNK` bytes (memory
+    bounded by the chunk plus the longest line). A last line without newline comes as is."""
+    offset, lineno, rest = 0, 0, b""
+    while offset < size:
+        block = rest + storage.read_range(name, offset, min(size, offset + _CHUNK))
+        start = offset - len(rest)
+        offset = min(size, offset + _CHUNK)
+        cut = block.rfind(b"\n") + 1 if offset < size else len(block)
+        pos = 0
+        while pos < cut:
+            nl = block.find(b"\n", pos, cut)
+            stop = cut if nl < 0 else nl + 1
+            lineno += 1
+            yield lineno, start + pos, block[pos:stop]
+            pos = stop
+        rest = block[cut:]
+
+
 def supersede(storage: Storage, point: int, note: Callable[..., None]) -> None:
     """Move metric rows whose position (:func:`resume_position`) is >= ``point`` to
-    metrics.superseded.jsonl: appended there and made durable first, then metrics.jsonl
-    is rewritten (atomically) without them. ``note(message, problem=...)`` is told."""
+    metrics.superseded.jsonl: appended there and made durable first, then cut from
+    metrics.jsonl. ``note(message, problem=...)`` is told.
+
+    The file is streamed in ranged reads (:data:`_CHUNK` bytes), so memory does not grow
+    with it. When the moved rows are the file's tail (the usual case: steps grow) the
+    file is truncated at the first of them (in place locally; on an object store the
+    storage stages the kept prefix as one atomic write). When rows to keep come after
+    rows to move, a local file is rewritten through a temp file and ``os.replace``
+    (atomic, streamed); on an object store the kept rows are assembled in memory and
+    written in one PUT.
+    """
     try:
-        data = storage.read(METRICS_FILE)
+        size = storage.size(METRICS_FILE)
     except FileNotFoundError:
         return
-    keep: list[bytes] = []
-    moved: list[bytes] = []
-    for lineno, line in iter_lines(data):
+    first_moved: int | None = None  # byte offset of the first row to move
+    kept_after = 0  # rows to keep that come after first_moved
+    n_moved = n_kept = 0
+    batch: list[bytes] = []
+    batch_bytes = 0
+    for lineno, offset, raw in _iter_file_lines(storage, METRICS_FILE, size):
+        line = raw.rstrip(b"\r\n")
+        if not line.strip():
+            continue
         try:
             step = resume_position(line)
         except ValueError:
             note(f"{storage.url}/{METRICS_FILE} line {lineno}: not JSON; kept in place")
             step = None
-        (moved if isinstance(step, (int, float)) and step >= point else keep).append(line + b"\n")
-    if not moved:
+        if isinstance(step, (int, float)) and step >= point:
+            n_moved += 1
+            if first_moved is None:
+                first_moved = offset
+            batch.append(line + b"\n")
+            batch_bytes += len(line) + 1
+            if batch_bytes >= _CHUNK:
+                storage.append(SUPERSEDED_FILE, b"".join(batch))
+                batch, batch_bytes = [], 0
+        else:
+            n_kept += 1
+            kept_after += first_moved is not None
+    if first_moved is None:
         return
-    storage.append(SUPERSEDED_FILE, b"".join(moved))
-    storage.flush(durable=True)
-    storage.write(METRICS_FILE, b"".join(keep))
+    if batch:
+        storage.append(SUPERSEDED_FILE, b"".join(batch))
+    storage.flush(durable=True)  # moved rows are safe before any is cut
+    if not kept_after:
+        storage.truncate(METRICS_FILE, first_moved)
+    elif isinstance(storage, LocalStorage):
+        _rewrite_local(storage, size, point)
+    else:
+        keep = [raw for _, _, raw in _iter_file_lines(storage, METRICS_FILE, size) if not _moves(raw, point)]
+        storage.write(METRICS_FILE, b"".join(keep))
     note(
-        f"resuming at step {point}: moved {len(moved)} metric rows with step >= {point} "
-        f"to {SUPERSEDED_FILE} ({len(keep)} rows kept)",
+        f"resuming at step {point}: moved {n_moved} metric rows with step >= {point} "
+        f"to {SUPERSEDED_FILE} ({n_kept} rows kept)",
         problem=False,
+    )
+
+
+def _moves(raw: bytes, point: int) -> bool:
+    """True when the line ``raw`` is a row :func:`supersede` moves (blank lines are dropped)."""
+    line = raw.rstrip(b"\r\n")
+    if not line.strip():
+        return True
+    try:
+        step = resume_position(line)
+    except ValueError:
+        return False
+    return isinstance(step, (int, float)) and step >= point
+
+
+def _rewrite_local(storage: LocalStorage, size: int, point: int) -> None:
+    """Rewrite the first ``size`` bytes of the local metrics.jsonl without the rows
+    :func:`supersede` moves, streamed through :meth:`LocalStorage.write_chunks`."""
+    lines = _iter_file_lines(storage, METRICS_FILE, size)
+    storage.write_chunks(
+        METRICS_FILE,
+        (raw if raw.endswith(b"\n") else raw + b"\n" for _, _, raw in lines if not _moves(raw, point)),
     )
 
 
