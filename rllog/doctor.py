@@ -53,7 +53,8 @@ check                   metrics                                     default    l
 
 Threshold checks fire only when the value is past the threshold on ``persist`` (3)
 consecutive logged values of that metric, so one noisy step on a real run is not a
-finding; NaN/Inf and value-loss spikes fire on one value. "Start" is the median of
+finding; a NaN in ``val/ratio_var`` is not one either (TRL's PPO logs it NaN whenever a
+batch has one minibatch, :data:`NAN_BY_DEFINITION`); NaN/Inf and value-loss spikes fire on one value. "Start" is the median of
 the first ``baseline_rows`` (5) logged values. Every threshold is a field of
 :class:`Thresholds`; change them with ``Thresholds(ratio_high=3.0)``,
 :meth:`Thresholds.with_overrides` (``rllog doctor --set ratio_high=3``) or a JSON/TOML
@@ -612,6 +613,13 @@ def diagnose(
     return sorted(doctor.findings, key=lambda f: order[f.severity])
 
 
+#: metrics that are NaN by definition in healthy runs, so a NaN there is no finding (an
+#: infinity still is): TRL's PPO logs ``val/ratio_var`` as ``ratio_stats.var()`` (torch,
+#: unbiased) over the minibatches of a batch, NaN whenever there is one minibatch
+#: (trl/experimental/ppo/ppo_trainer.py, ``PPOTrainer.train``, TRL <= 1.12; ``rllog.stats.ppo_stats``).
+NAN_BY_DEFINITION = frozenset({"val/ratio_var"})
+
+
 def _nonfinite_findings(
     nonfinite: Mapping[str, Sequence[int]], infinite: Mapping[str, Mapping[int, float]]
 ) -> list[Finding]:
@@ -619,9 +627,11 @@ def _nonfinite_findings(
     -Inf if any is, else NaN, and the message names which of them occur."""
     out = []
     for col, steps in nonfinite.items():
+        inf = infinite.get(col, {})
+        if _canonical(col) in NAN_BY_DEFINITION:
+            steps = [step for step in steps if step in inf]  # only infinities are findings
         if not steps:
             continue
-        inf = infinite.get(col, {})
         kinds = [
             name
             for name, present in (

@@ -58,7 +58,9 @@ def _array(x: Any, what: str, dtype: Any = np.float64) -> np.ndarray:
     try:
         return np.asarray(x, dtype=dtype)
     except (TypeError, ValueError) as exc:
-        raise TypeError(f"{what}: expected numbers (numpy, torch or a list), got {type(x).__name__}: {exc}") from None
+        raise TypeError(
+            f"{what}: expected numbers (numpy, torch or a list), got {type(x).__name__}: {exc}"
+        ) from None
 
 
 def _same_shape(a: np.ndarray, b: np.ndarray, what: str) -> None:
@@ -112,8 +114,8 @@ def completion_stats(lengths: Any, truncated: Any) -> dict[str, float]:
     _same_shape(lens, trunc, "completion_stats(lengths, truncated)")
     out = {"completions/count": float(lens.size)}
     if lens.size == 0:
-        keys = ("mean_length", "min_length", "max_length", "clipped_ratio")
-        keys += ("mean_terminated_length", "min_terminated_length", "max_terminated_length")
+        keys = ["mean_length", "min_length", "max_length", "clipped_ratio"]
+        keys += ["mean_terminated_length", "min_terminated_length", "max_terminated_length"]
         return {**{f"completions/{k}": _NAN for k in keys}, **out}
     term = lens[~trunc]
     if term.size == 0:  # TRL: "edge case where no terminated sequences are found" -> zeros(1)
@@ -167,10 +169,14 @@ def reward_stats(
     if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
         raise ValueError(f"reward_stats: group_size must be an int >= 1, got {group_size!r}")
     if scale_rewards not in ("group", "batch", "none"):
-        raise ValueError(f"reward_stats: scale_rewards must be 'group', 'batch' or 'none', got {scale_rewards!r}")
+        raise ValueError(
+            f"reward_stats: scale_rewards must be 'group', 'batch' or 'none', got {scale_rewards!r}"
+        )
     names = list(rewards_by_func)
     cols = [
-        _array([_NAN if v is None else v for v in r] if isinstance(r, list) else r, f"rewards of {n!r}").reshape(-1)
+        _array(
+            [_NAN if v is None else v for v in r] if isinstance(r, list) else r, f"rewards of {n!r}"
+        ).reshape(-1)
         for n, r in rewards_by_func.items()
     ]
     n = cols[0].size if cols else 0
@@ -253,7 +259,9 @@ def clip_stats(
     r, m = _tokens(ratios, mask, "clip_stats ratios")
     a = _array(advantages, "clip_stats advantages").reshape(-1, 1)
     if a.shape[0] != r.shape[0]:
-        raise ValueError(f"clip_stats: {a.shape[0]} advantages for {r.shape[0]} completions (ratios {r.shape})")
+        raise ValueError(
+            f"clip_stats: {a.shape[0]} advantages for {r.shape[0]} completions (ratios {r.shape})"
+        )
     eps_high = epsilon_low if epsilon_high is None else epsilon_high
     low = (r < 1 - epsilon_low) & (a < 0)
     high = (r > 1 + eps_high) & (a > 0)
@@ -421,7 +429,10 @@ def ppo_stats(
 
     mean_nsr = seq_mean(nsr)
     mean_scores = float(sc.mean()) if sc.size else _NAN
-    ak, cf, ra = (_values(v, f"ppo_stats {n}") for v, n in ((approxkl, "approxkl"), (clipfrac, "clipfrac"), (ratio, "ratio")))
+    ak, cf, ra = (
+        _values(v, f"ppo_stats {n}")
+        for v, n in ((approxkl, "approxkl"), (clipfrac, "clipfrac"), (ratio, "ratio"))
+    )
     ratio_var = float(np.var(ra, ddof=1)) if ra.size > 1 else _NAN
     return {
         "objective/kl": seq_mean(k),
@@ -436,4 +447,3 @@ def ppo_stats(
         "objective/count": float(k.shape[0]),
         "policy/count": float(ra.size),
     }
-

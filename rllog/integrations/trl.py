@@ -126,7 +126,9 @@ class RllogCallback(_Base):  # type: ignore[misc,valid-type]  # transformers' Tr
         model_config = getattr(model, "config", None)
         config = {
             "args": args.to_dict(),
-            "model": model_config.to_dict() if hasattr(model_config, "to_dict") else None,
+            "model": model_config.to_dict()
+            if model_config is not None and hasattr(model_config, "to_dict")
+            else None,
         }
         if resumed:
             self._supersede_from(state.global_step + 1)
@@ -144,7 +146,9 @@ class RllogCallback(_Base):  # type: ignore[misc,valid-type]  # transformers' Tr
         finally:
             storage.close()
 
-    def on_log(self, args: Any, state: Any, control: Any, logs: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+    def on_log(
+        self, args: Any, state: Any, control: Any, logs: Mapping[str, Any] | None = None, **kwargs: Any
+    ) -> None:
         logger = self.logger
         if logger is None or not logs:
             return
@@ -155,7 +159,10 @@ class RllogCallback(_Base):  # type: ignore[misc,valid-type]  # transformers' Tr
             if isinstance(value, _SCALARS):
                 row[key] = value
             else:
-                self._warn(f"key:{key}", f"rllog: left {key!r} out of metrics (a {type(value).__name__}, not a number)")
+                self._warn(
+                    f"key:{key}",
+                    f"rllog: left {key!r} out of metrics (a {type(value).__name__}, not a number)",
+                )
         logger.log_metrics(state.global_step, row)
         if "train_runtime" in logs or not self.completions or self.trainer is None:
             return
@@ -163,7 +170,9 @@ class RllogCallback(_Base):  # type: ignore[misc,valid-type]  # transformers' Tr
         try:
             self._log_completions(state.global_step, is_eval)
         except Exception as exc:  # telemetry never kills training
-            self._warn("completions", f"rllog: could not log the completions of step {state.global_step}: {exc!r}")
+            self._warn(
+                "completions", f"rllog: could not log the completions of step {state.global_step}: {exc!r}"
+            )
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.logger is None:
@@ -212,9 +221,9 @@ class RllogCallback(_Base):  # type: ignore[misc,valid-type]  # transformers' Tr
         groups = _groups(prompts, g if isinstance(g, int) and g > 0 else 1)
         tok = getattr(trainer, "processing_class", None)
         tok = getattr(tok, "tokenizer", tok)  # a processor wraps its tokenizer
-        trajectories = []
-        for gi, idx in enumerate(groups):
-            trajs = []
+        trajectories: list[list[dict[str, Any]]] = []
+        for idx in groups:
+            trajs: list[dict[str, Any]] = []
             for i in idx:
                 per_func = {name: col[i] for name, col in rewards.items() if i < len(col)}
                 total = _weighted(per_func, weights)
@@ -249,7 +258,9 @@ class RllogCallback(_Base):  # type: ignore[misc,valid-type]  # transformers' Tr
                 totals = [t["steps"][0]["reward"] for t in trajectories[gi]]
                 finite = [x for x in totals if not math.isnan(x)]
                 flat = len(idx) > 1 and len(finite) == len(totals) and max(finite) - min(finite) <= 1e-8
-                head = f"Prompt {gi}" + (" · zero reward std: every completion scored the same" if flat else "")
+                head = f"Prompt {gi}" + (
+                    " · zero reward std: every completion scored the same" if flat else ""
+                )
                 with logtree.group(gi, title=head):
                     _show(prompts[idx[0]], "Prompt")
                     for t, i in enumerate(idx):
@@ -346,7 +357,9 @@ def attach(trainer: Any, log_path: str | os.PathLike[str], **options: Any) -> Rl
         TypeError: ``trainer`` has no ``add_callback`` (not a transformers Trainer).
     """
     if not hasattr(trainer, "add_callback"):
-        raise TypeError(f"attach(trainer, log_path): expected a transformers Trainer, got {type(trainer).__name__}")
+        raise TypeError(
+            f"attach(trainer, log_path): expected a transformers Trainer, got {type(trainer).__name__}"
+        )
     callback = RllogCallback(log_path, trainer=trainer, **options)
     trainer.add_callback(callback)
     return callback

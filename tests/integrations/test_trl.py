@@ -7,13 +7,12 @@ import json
 import math
 import os
 import warnings
-from collections import defaultdict
 
 import pytest
 
 pytest.importorskip("trl")
 from click.testing import CliRunner
-from tiny_trl import trainer as tiny_trainer  # noqa: E402  # after the importorskip
+from tiny_trl import trainer as tiny_trainer  # after the importorskip
 from transformers import TrainerCallback
 
 from rllog import read_run, stats

@@ -27,7 +27,10 @@ def tokenizer() -> PreTrainedTokenizerFast:
     tok.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
     tok.decoder = decoders.Fuse()
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="<eos>", pad_token="<pad>", unk_token="<unk>",
+        tokenizer_object=tok,
+        eos_token="<eos>",
+        pad_token="<pad>",
+        unk_token="<unk>",
         additional_special_tokens=SPECIALS[3:],
     )
     fast.chat_template = TEMPLATE
@@ -40,9 +43,16 @@ def model_dir(out: str) -> str:
     tok = tokenizer()
     torch.manual_seed(0)
     cfg = Qwen2Config(
-        vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None,
+        vocab_size=len(tok),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=None,
         tie_word_embeddings=True,
     )
     model = Qwen2ForCausalLM(cfg)
@@ -57,7 +67,10 @@ def model_dir(out: str) -> str:
 def dataset() -> Dataset:
     qs = [(a, b) for a in range(4) for b in range(4)]
     return Dataset.from_dict(
-        {"prompt": [[{"role": "user", "content": f"what is {a}+{b}?"}] for a, b in qs], "answer": [str(a + b) for a, b in qs]}
+        {
+            "prompt": [[{"role": "user", "content": f"what is {a}+{b}?"}] for a, b in qs],
+            "answer": [str(a + b) for a, b in qs],
+        }
     )
 
 
@@ -77,21 +90,44 @@ def correct(prompts, completions, answer, **kw):
 
 
 def trainer(kind: str, out: str, steps: int = 4, **overrides):
-    from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
     from transformers import AutoModelForCausalLM
+    from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
 
     torch.set_num_threads(2)
     path = model_dir(out)
     Config, Trainer = (GRPOConfig, GRPOTrainer) if kind == "grpo" else (RLOOConfig, RLOOTrainer)
     cfg = Config(
-        output_dir=out, run_name=f"{kind}_tiny", max_steps=steps, per_device_train_batch_size=4,
-        per_device_eval_batch_size=4, num_generations=4, max_completion_length=12, learning_rate=1e-3,
-        beta=0.04, logging_steps=1, eval_strategy="steps", eval_steps=2, save_strategy="steps", save_steps=2,
-        report_to="none", log_completions=False, use_cpu=True, bf16=False, fp16=False,
-        gradient_checkpointing=False, dataloader_num_workers=0, seed=0, temperature=1.0, **overrides,
+        output_dir=out,
+        run_name=f"{kind}_tiny",
+        max_steps=steps,
+        per_device_train_batch_size=4,
+        per_device_eval_batch_size=4,
+        num_generations=4,
+        max_completion_length=12,
+        learning_rate=1e-3,
+        beta=0.04,
+        logging_steps=1,
+        eval_strategy="steps",
+        eval_steps=2,
+        save_strategy="steps",
+        save_steps=2,
+        report_to="none",
+        log_completions=False,
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        gradient_checkpointing=False,
+        dataloader_num_workers=0,
+        seed=0,
+        temperature=1.0,
+        **overrides,
     )
     ds = dataset()
     return Trainer(
-        model=AutoModelForCausalLM.from_pretrained(path), processing_class=tokenizer(),
-        reward_funcs=[has_digit, correct], args=cfg, train_dataset=ds, eval_dataset=ds.select(range(4)),
+        model=AutoModelForCausalLM.from_pretrained(path),
+        processing_class=tokenizer(),
+        reward_funcs=[has_digit, correct],
+        args=cfg,
+        train_dataset=ds,
+        eval_dataset=ds.select(range(4)),
     )
