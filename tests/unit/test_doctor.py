@@ -286,8 +286,13 @@ def test_ppo_val_ratio_var_nan_is_no_finding_but_inf_is(tmp_path):
     with RunLogger(tmp_path / "ppo", code_diff=False, index=False) as lg:
         for step in range(6):
             row = stats.ppo_stats(
-                kl=[[0.01, 0.02]], logprobs=[[-1.0, -2.0]], non_score_reward=[[0.0, 0.0]], scores=[1.0],
-                approxkl=[0.001], clipfrac=[0.05], ratio=[1.0],
+                kl=[[0.01, 0.02]],
+                logprobs=[[-1.0, -2.0]],
+                non_score_reward=[[0.0, 0.0]],
+                scores=[1.0],
+                approxkl=[0.001],
+                clipfrac=[0.05],
+                ratio=[1.0],
             )
             assert math.isnan(row["val/ratio_var"])
             if step == 5:

@@ -22,7 +22,9 @@ torch = pytest.importorskip("torch")
 
 
 def _close(a, b):
-    return (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, rel=1e-6, abs=1e-9)  # TRL computes the Bessel factor in float32
+    return (math.isnan(a) and math.isnan(b)) or a == pytest.approx(
+        b, rel=1e-6, abs=1e-9
+    )  # TRL computes the Bessel factor in float32
 
 
 def test_reward_stats_match_trl_nanstd_and_group_std():
@@ -43,7 +45,11 @@ def test_reward_stats_match_trl_nanstd_and_group_std():
     assert _close(got["rewards/b/std"], trl_utils.nanstd(tb).item())
     assert _close(got["reward"], torch.nanmean(rewards).item())
     assert _close(got["reward_std"], trl_utils.nanstd(rewards).item())
-    assert got["frac_reward_zero_std"] == pytest.approx(torch.isclose(std_g, torch.zeros_like(std_g)).float().mean().item()) == 1 / 3
+    assert (
+        got["frac_reward_zero_std"]
+        == pytest.approx(torch.isclose(std_g, torch.zeros_like(std_g)).float().mean().item())
+        == 1 / 3
+    )
     assert got["rewards/a/count"] == 7 and got["reward/count"] == 12
 
 
@@ -126,13 +132,23 @@ def test_ppo_stats_match_trl_112_expressions():
     kl_t = torch.rand(4, 6, generator=g).masked_fill(pad, 0.0)
     scores = torch.randn(4, generator=g)
     nsr = -0.05 * kl_t
-    one = stats.ppo_stats(kl=kl_t, logprobs=old, non_score_reward=nsr, scores=scores, mask=~pad,
-                          approxkl=[mb["approxkl"]], clipfrac=[mb["clipfrac"]], ratio=[mb["ratio"]])
+    one = stats.ppo_stats(
+        kl=kl_t,
+        logprobs=old,
+        non_score_reward=nsr,
+        scores=scores,
+        mask=~pad,
+        approxkl=[mb["approxkl"]],
+        clipfrac=[mb["clipfrac"]],
+        ratio=[mb["ratio"]],
+    )
     assert _close(one["objective/kl"], kl_t.sum(1).mean().item())
     assert _close(one["objective/entropy"], ((-old) * (~pad).float()).sum(1).mean().item())
     assert _close(one["objective/rlhf_reward"], (nsr.sum(1).mean() + scores.mean()).item())
     assert math.isnan(one["val/ratio_var"]) and math.isnan(torch.tensor([mb["ratio"]]).var().item())
-    two = stats.ppo_stats(kl=kl_t, logprobs=old, non_score_reward=nsr, scores=scores, ratio=torch.tensor([1.0, 1.5]))
+    two = stats.ppo_stats(
+        kl=kl_t, logprobs=old, non_score_reward=nsr, scores=scores, ratio=torch.tensor([1.0, 1.5])
+    )
     assert _close(two["val/ratio_var"], torch.tensor([1.0, 1.5]).var().item()) and two["policy/count"] == 2
 
 
@@ -158,6 +174,8 @@ def test_nan_and_empty_never_raise(n_groups, g, data):
     assert c["completions/count"] == n and math.isnan(c["completions/mean_length"]) == (n == 0)
     for fn in (stats.entropy, lambda x: stats.kl(x, x)):
         assert all(not math.isnan(v) for v in fn(np.zeros((0, 3))).values())
-    p = stats.ppo_stats(kl=np.zeros((0, 2)), logprobs=np.zeros((0, 2)), non_score_reward=np.zeros((0, 2)), scores=[])
+    p = stats.ppo_stats(
+        kl=np.zeros((0, 2)), logprobs=np.zeros((0, 2)), non_score_reward=np.zeros((0, 2)), scores=[]
+    )
     assert math.isnan(p["objective/kl"]) and math.isnan(p["val/ratio"]) and p["objective/count"] == 0
     assert math.isnan(stats.clip_stats(np.zeros((0, 2)), [])["clip_ratio/low_min"])
