@@ -282,6 +282,12 @@ class Finding(msgspec.Struct, frozen=True, kw_only=True):
         return ", ".join(parts)
 
 
+#: metrics that are NaN by definition in healthy runs, so a NaN there is no finding (an
+#: infinity still is): TRL's PPO logs ``val/ratio_var`` as ``ratio_stats.var()`` (torch,
+#: unbiased) over the minibatches of a batch, NaN whenever there is one minibatch
+#: (trl/experimental/ppo/ppo_trainer.py, ``PPOTrainer.train``, TRL <= 1.12; ``rllog.stats.ppo_stats``).
+NAN_BY_DEFINITION = frozenset({"val/ratio_var"})
+
 ADVICE = {
     "ratio": "updates between consecutive policies are too drastic: lower the learning rate, run fewer PPO "
     "epochs/minibatch passes per batch, and check that the old logprobs come from the policy that sampled",
@@ -474,6 +480,8 @@ class RuleEngine:
 
     def feed_value(self, metric: str, step: int, v: float) -> list[Finding]:
         if v - v != 0:  # NaN or +-Inf
+            if v != v and canonical(metric) in NAN_BY_DEFINITION:
+                return []  # NaN by definition there; an infinity still is a finding
             return self._feed_nonfinite(metric, step, v)
         m = self._metrics.get(metric, _MISSING)
         if m is _MISSING:

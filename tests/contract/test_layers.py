@@ -35,6 +35,7 @@ LAYERS: dict[str, tuple[int, str | None]] = {
     "rllog._svgchart": (3, "read"),
     "rllog._run": (4, None),
     "rllog.integrations": (5, None),
+    "rllog.stats": (0, None),
     "rllog.importers": (5, None),
     "rllog._demo": (5, None),
     "rllog.cli": (5, None),
