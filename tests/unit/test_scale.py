@@ -193,3 +193,39 @@ def test_pickled_loggers_in_another_process(tmp_path):
     assert "null NullRunLogger False 1" in out
     assert "memory:// runs live in the memory of the process that opened them" in out
     assert not (tmp_path / "metrics.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    ("line", "position"),
+    [
+        (b'{"step": 1, "progress/batch": 5, "a": 1}', 5),
+        (b'{"step":1,"progress/batch":5.5}', 5.5),
+        (b'{"step":1, "progress/batch" : -2.5E-1 }\r', -0.25),
+        (b'{"step":1,"progress/batch":NaN}', "nan"),
+        (b'{"step":2,"a":NaN,"progress/batch":4}', 4),
+        (b'{"step":1,"progress/batch":true}', 1),  # a bool is no batch index: the step
+        (b'{"step":1,"progress/batch":"3"}', 1),
+        (b'{"step":1,"progress/batch":null}', 1),
+        (b'{"step":1,"x":{"progress/batch":9}}', 1),  # nested: not the row's key
+        (b'{"x":{"a":1},"progress/batch":4}', 4),
+        (b'{"step":1,"a":"\\"progress/batch\\":3"}', 1),  # inside a string
+        (b'{"step":1,"a":"progress/batch","b":2}', 1),  # a value, not a key
+        (b'[{"progress/batch":4}]', None),
+        (b'{"step":3}', 3),
+        (b'{"x":1}', None),
+        (b'{"step":1,"progress/batch":99999999999999999999999}', 99999999999999999999999),
+    ],
+)
+def test_resume_position_read_from_bytes_agrees_with_decoding(line, position):
+    """The byte-level read of ``progress/batch`` gives what decoding the row gives."""
+    got = resume.resume_position(line)
+    if position == "nan":
+        assert got != got
+    else:
+        assert got == position and type(got) is type(position)
+
+
+@pytest.mark.parametrize("line", [b'{"s', b'{"step":1,"progress/batch":01}', b"  "])
+def test_resume_position_of_a_line_that_is_not_json_raises(line):
+    with pytest.raises(ValueError):
+        resume.resume_position(line)
