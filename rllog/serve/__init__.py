@@ -27,9 +27,17 @@ def is_loopback(host: str) -> bool:
 
 
 def create_app(
-    paths: list[str], *, token: str | None = None, hosts: list[str] | None = None, **storage_options: Any
+    paths: list[str],
+    *,
+    token: str | None = None,
+    hosts: list[str] | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> Any:
     """The dashboard as an ASGI app over the runs under ``paths`` (folders, files, bucket URLs).
+
+    ``token``: required on every request when set; ``hosts``: the Host header values
+    accepted (default loopback names); ``storage_options``: passed to fsspec for bucket
+    URLs (e.g. ``{"token": "anon"}``).
 
     Raises:
         FileNotFoundError: a local path does not exist.
@@ -48,7 +56,7 @@ def serve(
     port: int = 8765,
     token: str | None = None,
     echo: Any = print,
-    **storage_options: Any,
+    storage_options: dict[str, Any] | None = None,
 ) -> None:
     """Serve the dashboard until interrupted; prints the URL first.
 
@@ -71,7 +79,7 @@ def serve(
             "Pass --token TOKEN (or --token auto) to require an access token, or bind 127.0.0.1"
         )
     hosts = ["127.0.0.1", "localhost", "[::1]"] + ([] if is_loopback(host) else ["*"])
-    app = create_app(paths, token=token, hosts=hosts, **storage_options)
+    app = create_app(paths, token=token, hosts=hosts, storage_options=storage_options)
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     url = f"http://{shown}:{port}/" + (f"?token={token}" if token else "")
     echo(f"rllog serve: {url}  (Ctrl-C to stop)")

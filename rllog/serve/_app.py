@@ -1,5 +1,8 @@
 """The dashboard's ASGI app (starlette): a JSON API over :class:`Catalog` plus the page's own files.
 
+Endpoints are plain functions: starlette runs them in its thread pool, so reading a
+slow bucket never blocks the event loop.
+
 Safety, by construction:
 
 - GET (and HEAD) only: starlette answers 405 to any other method.
@@ -113,21 +116,21 @@ def create_app(catalog: Catalog, *, token: str | None = None, hosts: list[str] |
             raise _NotFound(f"no run with id {request.path_params['run_id']!r}")
         return entry
 
-    async def page(request: Request) -> Response:
+    def page(request: Request) -> Response:
         name, media = files[request.url.path]
         return FileResponse(_static(name), media_type=media)
 
-    async def plotly(request: Request) -> Response:
+    def plotly(request: Request) -> Response:
         return FileResponse(plotly_js, media_type="text/javascript; charset=utf-8")
 
-    async def runs(request: Request) -> Response:
+    def runs(request: Request) -> Response:
         out = []
         for entry in catalog.runs():
             entry.refresh()
             out.append(entry.summary())
         return _Json({"runs": out, "roots": catalog.roots, "problems": catalog.problems})
 
-    async def metrics(request: Request) -> Response:
+    def metrics(request: Request) -> Response:
         entry = run_or_404(request)
         return _Json(
             {
@@ -138,7 +141,7 @@ def create_app(catalog: Catalog, *, token: str | None = None, hosts: list[str] |
             }
         )
 
-    async def series(request: Request) -> Response:
+    def series(request: Request) -> Response:
         entry = run_or_404(request)
         key = request.query_params.get("key", "")
         if key not in entry.metric_names():
@@ -154,7 +157,7 @@ def create_app(catalog: Catalog, *, token: str | None = None, hosts: list[str] |
         out["version"] = entry.version
         return _Json(out)
 
-    async def detail(request: Request) -> Response:
+    def detail(request: Request) -> Response:
         entry = run_or_404(request)
         run = entry.run
         diff = None
@@ -175,7 +178,7 @@ def create_app(catalog: Catalog, *, token: str | None = None, hosts: list[str] |
             }
         )
 
-    async def iterations(request: Request) -> Response:
+    def iterations(request: Request) -> Response:
         entry = run_or_404(request)
         out = []
         for it in entry.run.iterations:
@@ -193,7 +196,7 @@ def create_app(catalog: Catalog, *, token: str | None = None, hosts: list[str] |
             out.append({"iteration": it.iteration, "splits": splits})
         return _Json({"iterations": out})
 
-    async def rollouts(request: Request) -> Response:
+    def rollouts(request: Request) -> Response:
         entry = run_or_404(request)
         iteration = _int(request, "iteration")
         if iteration is None:
@@ -207,7 +210,7 @@ def create_app(catalog: Catalog, *, token: str | None = None, hosts: list[str] |
             {"iteration": iteration, "eval": ev, "groups": _groups(records), **_reward_stats(records)}
         )
 
-    async def report(request: Request) -> Response:
+    def report(request: Request) -> Response:
         entry = run_or_404(request)
         iteration = _int(request, "iteration")
         if iteration is None:
@@ -220,7 +223,7 @@ def create_app(catalog: Catalog, *, token: str | None = None, hosts: list[str] |
             html, media_type="text/html; charset=utf-8", headers={"Content-Security-Policy": REPORT_CSP}
         )
 
-    async def search(request: Request) -> Response:
+    def search(request: Request) -> Response:
         q = request.query_params.get("q", "")
         try:
             pattern = compile_pattern(

@@ -108,8 +108,8 @@ function layoutCharts(runs, metas) {
   let re = null; try { re = ctl.filter ? new RegExp(ctl.filter, 'i') : null; } catch (e) { box.append(el('p', { class: 'error' }, `bad regex: ${e.message}`)); return; }
   const charts = new Map();
   metas.forEach((mt, i) => mt.metrics.forEach((k) => {
-    if (re && !re.test(k)) return;
-    const c = canonical(k); if (!charts.has(c)) charts.set(c, []);
+    const c = canonical(k);
+    if (re && !re.test(c) && !re.test(k)) return; if (!charts.has(c)) charts.set(c, []);
     charts.get(c).push({ run: runs[i], key: k, color: i });
   }));
   const groups = new Map();
@@ -263,13 +263,13 @@ function searchView(q0) {
     try {
       const r = await api(`/api/search?${p}`);
       out.replaceChildren(el('p', { class: 'muted' }, `${r.hits.length}${r.truncated ? '+' : ''} hits in ${r.files} files`),
-        r.hits.map((h) => el('div', { class: 'hit-row' },
+        ...r.hits.map((h) => el('div', { class: 'hit-row' },
           el('a', { href: `#/rollouts/${encodeURIComponent(h.run)}/${h.iteration}/${encodeURIComponent(h.eval_name || 'train')}/${h.group}/${h.traj}`, class: 'hit-link' },
             `${h.run_name} · iteration ${h.iteration} · ${h.split} · group ${h.group} · traj ${h.traj} · ${h.field}`),
           el('div', {}, h.before, el('mark', {}, h.match), h.after))));
     } catch (err) { out.replaceChildren(el('p', { class: 'error' }, err.message)); }
   };
-  m.append(el('form', { class: 'controls', onsubmit: go }, input, el('label', {}, regex, ' regex'), el('button', { type: 'submit' }, 'Search'),
+  m.append(el('form', { class: 'controls', onsubmit: go }, input, el('label', {}, regex, ' regex'), el('button', { type: 'submit', id: 'search-go' }, 'Search'),
     el('span', { class: 'muted' }, state.selected.size ? 'in the selected runs' : 'in all runs')), out);
   if (q0) go();
 }
