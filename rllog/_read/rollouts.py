@@ -224,4 +224,8 @@ def rollouts_dataframe(
             for k, v in s.logs.items():
                 row[f"logs/{k}"] = v
             rows.append(row)
-    return pd.DataFrame.from_records(rows)
+    try:
+        return pd.DataFrame.from_records(rows)
+    except UnicodeEncodeError:  # pandas 3 with pyarrow keeps strings as UTF-8: no lone surrogates
+        with pd.option_context("future.infer_string", False):
+            return pd.DataFrame.from_records(rows)

@@ -43,7 +43,18 @@ class MetricsWriter:
         closed: set by the owner at close; :meth:`write` then raises.
     """
 
-    __slots__ = ("storage", "console", "closed", "pending", "_offset", "_fd", "_lock", "_encoder", "_warn")
+    __slots__ = (
+        "storage",
+        "console",
+        "closed",
+        "pending",
+        "tap",
+        "_offset",
+        "_fd",
+        "_lock",
+        "_encoder",
+        "_warn",
+    )
 
     def __init__(
         self, storage: Storage, *, strict_json: bool, console: bool, warn: Callable[[str, str], None]
@@ -52,6 +63,8 @@ class MetricsWriter:
         self.console = console
         self.closed = False
         self.pending: list[bytes] = []
+        #: called with each encoded row (bytes, in logging order) after it is written: the sinks' queue
+        self.tap: Callable[[bytes], None] | None = None
         self._offset = 0  # bytes of pending[0] already written (a short write)
         self._fd = storage.append_fd(METRICS_FILE) if isinstance(storage, LocalStorage) else None
         self._lock = threading.Lock()
@@ -86,6 +99,8 @@ class MetricsWriter:
                     self.pending.append(bytes(row))
                     self._offset = 0
                     self._failed(exc)
+            if self.tap is not None:
+                self.tap(bytes(row))
         if self.console:
             _print_row(step, metrics)
 
