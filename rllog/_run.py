@@ -764,6 +764,7 @@ class RunLogger:
             stop.set()
         if thread is not None:
             thread.join(timeout=60)
+
     def _start_index_job(self) -> None:
         """Start ``python -m rllog._indexjob`` detached and at low priority: through ``sh``'s
         ``&``, so the job is no child of the training process (nothing to reap, no zombie)
@@ -950,7 +951,6 @@ def _check_index_every(every: Any, index: bool) -> None:
         raise ValueError("RunLogger(index_every=...) needs index=True (it rewrites index.html)")
 
 
-def _worker_logger(log_path: str, strict_json: bool, storage_options: dict[str, Any]) -> RunLogger:
 def _public_signature(init: Any) -> inspect.Signature:
     """``RunLogger.__init__``'s signature without ``self`` and private keywords: what
     ``help(RunLogger)`` and IDEs show (``__new__`` takes ``*args, **kwargs`` to pick the class)."""
