@@ -106,14 +106,15 @@ class RunEntry:
     # -- metrics -------------------------------------------------------------------------
     def metric_names(self) -> list[str]:
         """Numeric metrics (a value of any row is a number), in first-logged order, the step column excluded."""
-        rows = self.run.rows
-        cols = columns(rows)
-        numeric = set()
-        for row in rows:
-            for k, v in row.items():
-                if type(v) in (int, float) and k not in numeric:
-                    numeric.add(k)
-        return [c for c in cols if c in numeric and c != self.run.step_key]
+        with self.lock:
+            if "\0names" not in self._columns:  # cached until new rows arrive
+                rows = self.run.rows
+                numeric: set[str] = set()
+                for row in rows:
+                    numeric.update(k for k, v in row.items() if type(v) in (int, float))
+                cols = columns(rows)
+                self._columns["\0names"] = [c for c in cols if c in numeric and c != self.run.step_key]
+            return list(self._columns["\0names"])
 
     def x_options(self) -> list[str]:
         """The x axes this run offers: its step column, ``progress/batch`` when logged, wall time."""
@@ -165,7 +166,10 @@ class RunEntry:
         dx, dy = downsample(sx, sy, points)
         bad: list[list[Any]] = []
         if x == step_key and self.run.step_key:
-            logged = nonfinite_cells(self.run.rows, step_key=self.run.step_key).get(key, [])
+            with self.lock:
+                if "\0nonfinite" not in self._columns:  # cached until new rows arrive
+                    self._columns["\0nonfinite"] = nonfinite_cells(self.run.rows, step_key=self.run.step_key)
+                logged = self._columns["\0nonfinite"].get(key, [])
             mask = np.isin(xs, np.asarray(logged, dtype=float)) & ~np.isfinite(ys)
             for sx_, sy_ in zip(xs[mask].tolist(), ys[mask].tolist(), strict=True):
                 bad.append([sx_, "NaN" if sy_ != sy_ else ("Infinity" if sy_ > 0 else "-Infinity")])
