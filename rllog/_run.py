@@ -40,7 +40,7 @@ from rllog._write.notes import Notes
 from rllog._write.rank import process_rank
 from rllog._write.resume import lock_run, repair_torn_tail, supersede, timestamped, unlock_run
 from rllog._write.rollouts import RolloutFiles, encode_rollouts
-from rllog._write.timing import Timer, Timings
+from rllog._write.timing import Timings
 from rllog.errors import StorageError
 from rllog.storage import FsspecStorage, LocalStorage, Storage, open_storage
 
@@ -672,7 +672,8 @@ class RunLogger:
         Raises:
             ValueError: an empty name or one starting or ending with ``/``.
         """
-        return Timer(self._timings, name)
+        timers = self._timings.timers  # one reusable Timer per name: no allocation after the first call
+        return timers[name] if name in timers else self._timings.timer(name)
 
     def _write_spans(self, step: int) -> None:
         from rllog._format.layout import TIMING_SPANS_FILE
