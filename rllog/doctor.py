@@ -13,7 +13,9 @@ large), ``warning`` (likely a problem, look at it), ``info`` (nothing checkable)
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rllog._format.rows import nonfinite_cells
@@ -33,7 +35,7 @@ if TYPE_CHECKING:
 
     from rllog._read.run import Run
 
-__all__ = ["SEVERITIES", "Finding", "Thresholds", "check_run", "diagnose"]
+__all__ = ["thresholds_from_file", "SEVERITIES", "Finding", "Thresholds", "check_run", "diagnose"]
 
 # the rules live in rllog._format.rules (shared with the live doctor, RunLogger(doctor=True))
 _ = (ADVICE, THRESHOLD_HELP, Severity, canonical)
@@ -124,3 +126,13 @@ def check_run(log_path: Any, thresholds: Thresholds | None = None) -> list[Findi
 
     run = open_run(log_path)
     return diagnose(run.metrics, thresholds, nonfinite=run.nonfinite, step_key=run.step_key)
+
+
+def thresholds_from_file(path: str | os.PathLike[str]) -> Thresholds:
+    """Read :class:`Thresholds` from a JSON or TOML file (by suffix) holding some of the fields
+    (the others keep their defaults), e.g. ``ratio_high = 3.0`` in a ``.toml`` file.
+
+    Raises:
+        OSError: the file cannot be read. ValueError: bad content (unknown name, wrong type).
+    """
+    return Thresholds.from_bytes(Path(path).read_bytes(), os.fspath(path))
