@@ -96,6 +96,7 @@ def trainer(kind: str, out: str, steps: int = 4, **overrides):
     torch.set_num_threads(2)
     path = model_dir(out)
     Config, Trainer = (GRPOConfig, GRPOTrainer) if kind == "grpo" else (RLOOConfig, RLOOTrainer)
+    overrides.setdefault("report_to", "none")
     cfg = Config(
         output_dir=out,
         run_name=f"{kind}_tiny",
@@ -111,7 +112,6 @@ def trainer(kind: str, out: str, steps: int = 4, **overrides):
         eval_steps=2,
         save_strategy="steps",
         save_steps=2,
-        report_to="none",
         log_completions=False,
         use_cpu=True,
         bf16=False,
