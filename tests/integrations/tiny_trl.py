@@ -96,8 +96,7 @@ def trainer(kind: str, out: str, steps: int = 4, **overrides):
     torch.set_num_threads(2)
     path = model_dir(out)
     Config, Trainer = (GRPOConfig, GRPOTrainer) if kind == "grpo" else (RLOOConfig, RLOOTrainer)
-    overrides.setdefault("report_to", "none")
-    cfg = Config(
+    settings = dict(
         output_dir=out,
         run_name=f"{kind}_tiny",
         max_steps=steps,
@@ -112,6 +111,7 @@ def trainer(kind: str, out: str, steps: int = 4, **overrides):
         eval_steps=2,
         save_strategy="steps",
         save_steps=2,
+        report_to="none",
         log_completions=False,
         use_cpu=True,
         bf16=False,
@@ -120,8 +120,9 @@ def trainer(kind: str, out: str, steps: int = 4, **overrides):
         dataloader_num_workers=0,
         seed=0,
         temperature=1.0,
-        **overrides,
     )
+    settings.update(overrides)  # any setting can be overridden
+    cfg = Config(**settings)
     ds = dataset()
     return Trainer(
         model=AutoModelForCausalLM.from_pretrained(path),
