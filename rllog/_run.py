@@ -94,6 +94,9 @@ class RunLogger:
             process writes it (close stays ~ms whatever the run's length; the page
             appears when that process finishes). ``memory://`` runs are indexed inside
             ``close`` (another process cannot see them).
+        index_every: also rewrite ``index.html`` every this many seconds while the run
+            goes on (a background thread; a killed run keeps its last page). None
+            (default): only at close. Needs ``index=True``.
         shared: join a run that another process is writing (e.g. a separate evaluation
             process adding its reports): no lock, no start-up repair or resume; rows
             are appended to the same files. Without it, opening a local run that
@@ -158,6 +161,7 @@ class RunLogger:
         console: bool = False,
         shared: bool = False,
         index: bool = True,
+        index_every: float | None = None,
         report_to: Any = None,
         doctor: bool | Any = False,
         on_finding: Any = None,
@@ -173,6 +177,7 @@ class RunLogger:
                 "RunLogger(shared=True, resume=True): a shared logger joins a run another process "
                 "writes, and that process owns its resume; pass one of them"
             )
+        _check_index_every(index_every, index)
         _reject_local_options(log_path, storage_options)
         self.layout = check_layout(layout)
         sinks = _resolve_sinks(report_to)  # misuse and missing trackers fail before anything is opened
@@ -208,6 +213,7 @@ class RunLogger:
                     "pass shared=True to add this process's rows and reports to the same run on purpose"
                 )
             self._start(resume)
+            self._status_started()
         warn = self._notes.warn_once
         self._metrics = MetricsWriter(self.storage, strict_json=strict_json, console=console, warn=warn)
         self._timings = Timings(timing_spans)
@@ -235,6 +241,7 @@ class RunLogger:
                 target=self._write_code_diff, name="rllog-code-diff", daemon=True
             )
             self._diff_thread.start()
+        self._start_index_thread(index_every)
 
     @property
     def console(self) -> bool:
@@ -585,9 +592,11 @@ class RunLogger:
                 if isinstance(self.storage, FsspecStorage)
                 else _DEFAULT_CLOSE_TIMEOUT
             )
+        self._stop_index_thread()
         progressed = self._final_flush(timeout)
         if progressed and self._index and not self._worker:
             self._write_index()
+        self._status_ended()
         self._closed = self._metrics.closed = True
         for message in (
             self._rollouts.save_elsewhere(),
@@ -728,6 +737,44 @@ class RunLogger:
                 "index", f"could not write index.html for {self.log_path}: {type(exc).__name__}: {exc}"
             )
 
+    # -- run status marker and live index page (rllog serve, rllog index) ------------
+
+    def _status_started(self) -> None:
+        """Write run_status.json ``running`` (see :mod:`rllog._write.status`)."""
+        from rllog._write.status import mark_started
+
+        self._status_record = mark_started(self.storage, self._notes.warn_once)
+
+    def _status_ended(self) -> None:
+        """Rewrite run_status.json as ``finished`` (``failed`` when the ``with`` block raised)."""
+        record = getattr(self, "_status_record", None)
+        if record is not None and not self._worker:
+            from rllog._write.status import mark_ended
+
+            state = "failed" if getattr(self, "_exit_error", False) else "finished"
+            mark_ended(self.storage, record, state, self._notes.warn_once)
+
+    def _start_index_thread(self, every: float | None) -> None:
+        """Rewrite index.html every ``every`` seconds in a daemon thread until close."""
+        self._index_stop = threading.Event()
+        self._index_thread: threading.Thread | None = None
+        if every is None or self._worker:
+            return
+
+        def loop() -> None:
+            while not self._index_stop.wait(every):
+                self._write_index()
+
+        self._index_thread = threading.Thread(target=loop, name="rllog-index", daemon=True)
+        self._index_thread.start()
+
+    def _stop_index_thread(self) -> None:
+        stop, thread = getattr(self, "_index_stop", None), getattr(self, "_index_thread", None)
+        if stop is not None:
+            stop.set()
+        if thread is not None:
+            thread.join(timeout=60)
+
     def _start_index_job(self) -> None:
         """Start ``python -m rllog._indexjob`` detached and at low priority: through ``sh``'s
         ``&``, so the job is no child of the training process (nothing to reap, no zombie)
@@ -778,6 +825,7 @@ class RunLogger:
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
+        self._exit_error = exc_info[0] is not None
         self.close()
 
     def __repr__(self) -> str:
@@ -903,6 +951,16 @@ class NullRunLogger(RunLogger):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (NullRunLogger, (self.log_path,), {"rank": self.rank})
+
+
+def _check_index_every(every: Any, index: bool) -> None:
+    """Raise ValueError unless ``index_every`` is None or seconds > 0 with ``index=True``."""
+    if every is None:
+        return
+    if isinstance(every, bool) or not isinstance(every, (int, float)) or not every > 0:
+        raise ValueError(f"RunLogger(index_every=...) must be a number of seconds > 0 or None, got {every!r}")
+    if not index:
+        raise ValueError("RunLogger(index_every=...) needs index=True (it rewrites index.html)")
 
 
 def _public_signature(init: Any) -> inspect.Signature:

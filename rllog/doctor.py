@@ -131,7 +131,7 @@ def diagnose(
     elif not isinstance(metrics, pd.DataFrame):
         raise TypeError(
             f"diagnose takes a Run from rllog.read_run or a metrics DataFrame, got {type(metrics).__name__}; "
-            "for a run folder, URL or file use rllog.check_run(path)"
+            "for a run folder, URL or file use rllog.doctor.check_run(path)"
         )
 
     engine = RuleEngine(thresholds)

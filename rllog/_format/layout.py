@@ -28,6 +28,8 @@ __all__ = [
     "CODE_DIFF_FILE",
     "CHECKPOINTS_FILE",
     "LOCK_FILE",
+    "STATUS_FILE",
+    "RUN_STATES",
     "INDEX_FILE",
     "TORN_SUFFIX",
     "DOCTOR_FILE",
@@ -57,6 +59,15 @@ CODE_DIFF_FILE = "code.diff"
 CHECKPOINTS_FILE = "checkpoints.jsonl"
 #: held (``flock``) by the live writer of a local run; holds its pid
 LOCK_FILE = ".rllog.lock"
+#: the writer's own account of the run: ``{"state", "starts", "started_at", "first_started_at",
+#: "ended_at", "pid", "host"}`` (JSON object), rewritten whole at start and at close.
+#: ``state`` is one of :data:`RUN_STATES`; ``starts`` counts the writers that opened the run
+#: (so a run resumed twice has 3); times are ISO 8601 UTC. A reader tells a live writer from
+#: a killed one by ``state == "running"`` plus the lock (local runs; see :data:`LOCK_FILE`).
+STATUS_FILE = "run_status.json"
+#: ``running`` (a writer opened the run and has not closed it), ``finished`` (closed),
+#: ``failed`` (closed while an exception left the ``with`` block)
+RUN_STATES = ("running", "finished", "failed")
 #: the run's overview page
 INDEX_FILE = "index.html"
 #: the live doctor's findings (``RunLogger(doctor=True)``), one JSON object per finding

@@ -39,6 +39,7 @@ LAYERS: dict[str, tuple[int, str | None]] = {
     "rllog.importers": (5, None),
     "rllog._demo": (5, None),
     "rllog.cli": (5, None),
+    "rllog.serve": (5, "read"),
     "rllog._indexjob": (5, None),  # index.html in its own process (RunLogger.close)
     "rllog.__main__": (5, None),
     "rllog": (5, None),  # the package's __init__: the public surface
