@@ -22,10 +22,8 @@ What the run gets (docs/FORMATS.md §1 for the files):
   step, as the reader expects) and the final ``train_runtime`` row. A value that is not
   a number, bool, string or None is left out of its row, with a warning once per key.
 - ``checkpoints.jsonl``: on ``on_save``, ``{"name": "checkpoint-<step>", "batch": step,
-  "state_path": "<output_dir>/checkpoint-<step>", "trl_epoch": state.epoch, "next_step":
-  step + 1}``. ``trl_epoch`` is TRL's fractional epoch (0.25 after a quarter of the data);
-  rllog's own ``epoch`` field is an int that a resume counts batches within, and
-  ``batch`` here is already the absolute step, so it is left out. ``trainer.train(resume_from_checkpoint=...)`` opens the rllog run with
+  "epoch": state.epoch, "state_path": "<output_dir>/checkpoint-<step>", "next_step":
+  step + 1}``. ``trainer.train(resume_from_checkpoint=...)`` opens the rllog run with
   ``resume=True``: the rows at or past the resumed step + 1 are moved to
   ``metrics.superseded.jsonl`` as RunLogger does (also when an older checkpoint than
   the last is resumed), so no step stands twice.
@@ -183,8 +181,8 @@ class RllogCallback(_Base):  # type: ignore[misc,valid-type]  # transformers' Tr
         self.logger.log_checkpoint(
             f"checkpoint-{step}",
             batch=step,
+            epoch=state.epoch,
             state_path=os.path.join(args.output_dir, f"checkpoint-{step}"),
-            trl_epoch=None if state.epoch is None else float(state.epoch),
             next_step=step + 1,
         )
 

@@ -99,7 +99,7 @@ def test_trainer_run_is_logged(kind, tmp_path):
     dirs = sorted(d for d in os.listdir(tr.args.output_dir) if d.startswith("checkpoint-"))
     assert [os.path.basename(c["state_path"]) for c in ckpts] == dirs == ["checkpoint-2", "checkpoint-4"]
     assert [(c["batch"], c["next_step"]) for c in ckpts] == [(2, 3), (4, 5)]
-    assert all(os.path.isdir(c["state_path"]) and c["trl_epoch"] > 0 and "epoch" not in c for c in ckpts)
+    assert all(os.path.isdir(c["state_path"]) and c["epoch"] > 0 for c in ckpts)
 
     # completions: each logging step's report and rollout summaries hold what TRL gathered
     assert len(probe.seen) == 6
