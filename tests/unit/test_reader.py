@@ -390,6 +390,7 @@ def test_refresh_notices_a_rewrite_that_grew_past_the_old_offset(tmp_path):
         for i in range(10):
             logger.log_metrics(i, {"loss": 100.0 + i})
     run = read_run(tmp_path)
+    assert len(run.rows) == 10
     (tmp_path / "metrics.jsonl").write_bytes(b"")  # e.g. a resume moved every row aside
     with RunLogger(tmp_path, code_diff=False, index=False) as logger:
         for i in range(10, 40):
