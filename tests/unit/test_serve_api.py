@@ -242,3 +242,32 @@ def _create_app_for(catalog):
     from rllog.serve._app import create_app as create
 
     return create(catalog)
+
+
+@pytest.mark.slow  # starts real detached jobs (a few seconds)
+def test_index_every_never_overlaps_detached_index_jobs(tmp_path, monkeypatch):
+    import subprocess
+
+    import rllog._run as run_mod
+
+    monkeypatch.setattr(run_mod, "INLINE_INDEX_BYTES", 0)  # every page is written by a detached job
+    started: list[float] = []
+    real_run = subprocess.run
+
+    def spy(args, **kw):
+        if "rllog._indexjob" in args:
+            started.append(time.monotonic())
+        return real_run(args, **kw)
+
+    monkeypatch.setattr(subprocess, "run", spy)
+    lg = RunLogger(tmp_path / "r", code_diff=False, index_every=0.05)
+    for i in range(20):
+        lg.log_metrics(i, {"loss": 1.0})
+    time.sleep(1.0)  # 20 periods; one job (a fresh python importing rllog) takes longer than that
+    during = len(started)
+    lg.close()
+    assert 1 <= during <= 3, during  # was one job per period
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "r" / "index.html").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert (tmp_path / "r" / "index.html").exists()
