@@ -320,10 +320,10 @@ _THRESHOLD_HELP = (
 
 
 def _thresholds(config: str | None, overrides: tuple[str, ...]):
-    from rllog.doctor import Thresholds
+    from rllog.doctor import Thresholds, thresholds_from_file
 
     try:
-        base = Thresholds.from_file(config) if config else Thresholds()
+        base = thresholds_from_file(config) if config else Thresholds()
         return base.with_overrides(overrides) if overrides else base
     except (OSError, ValueError) as exc:
         raise click.UsageError(_error_text(exc)) from None
