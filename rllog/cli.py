@@ -527,18 +527,34 @@ def grep(pattern: str, run: str, regex: bool, ignore_case: bool, max_hits: int, 
     Prints ``file:group:traj:field: text`` for each hit; exit code 1 when nothing matched.
     """
     from rllog._format.codec import encode_json
+    from rllog._format.terminal import escape_controls
     from rllog._read.run import read_run
     from rllog._read.search import compile_pattern, search_rollouts
 
     compiled = compile_pattern(pattern, regex=regex, ignore_case=ignore_case)
     with read_run(run) as r:
+        if not r.storage.exists(r.metrics_name) and not r.iterations:
+            raise FileNotFoundError(
+                f"no run at {run}: no {r.metrics_name} and no iteration files "
+                "(expected a run folder, a metrics .jsonl file or a bucket URL)"
+            )
         hits, files = search_rollouts(r.storage, compiled, limit=max_hits)
+    # logged text drives a terminal if printed raw (OSC 52 clipboard writes, hidden OSC 8
+    # links, titles): every control character is printed as its escape, JSON too
     for h in hits:
         if as_json:
-            click.echo(encode_json(h).decode())
+            click.echo(_json_ascii_controls(encode_json(h).decode()))
         else:
             text = f"{h['before']}{h['match']}{h['after']}".replace("\n", "\\n")
-            click.echo(f"{h['file']}:group {h['group']}:traj {h['traj']}:{h['field']}: {text}")
+            line = f"{h['file']}:group {h['group']}:traj {h['traj']}:{h['field']}: {text}"
+            click.echo(escape_controls(line))
     if not hits:
         click.echo(f"no match in {files} rollout summaries files", err=True)
         raise SystemExit(1)
+
+
+def _json_ascii_controls(text: str) -> str:
+    """JSON text with DEL and the C1 controls (which JSON may leave raw) as ``\\u00XX`` escapes."""
+    import re
+
+    return re.sub("[\x7f-\x9f]", lambda m: f"\\u{ord(m.group(0)):04x}", text)
