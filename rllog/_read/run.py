@@ -215,11 +215,19 @@ class Run:
 
     def _read_moved_aside(self) -> list[tuple[int, dict]]:
         name = self._sibling(SUPERSEDED_FILE)
-        if name is None:
+        self._aside_tail = None if name is None else MetricsTail(self.storage, name)
+        return self._poll_moved_aside()
+
+    def _poll_moved_aside(self) -> list[tuple[int, dict]]:
+        """Rows moved aside since the last look (all of them if metrics.superseded.jsonl was rewritten)."""
+        tail = self._aside_tail
+        if tail is None:
             return []
-        tail = MetricsTail(self.storage, name)
+        seen = len(tail.problems)
         rows = tail.poll(final=True)
-        self._notes += tail.problems + ([tail.torn] if tail.torn else [])
+        self._notes += tail.problems[seen:]
+        if tail.torn and tail.torn not in self._notes:
+            self._notes.append(tail.torn)
         return rows
 
     def refresh(self) -> list[dict[str, Any]]:
@@ -243,6 +251,14 @@ class Run:
             return list(self.rows)
         for line, row in rows:
             resolver.add(line, row)
+        # a resume moves rows aside before it cuts metrics.jsonl: read them as they come
+        aside = self._poll_moved_aside()
+        if self._aside_tail is not None and self._aside_tail.rewritten:
+            self._moved_aside = aside
+        else:
+            self._moved_aside += aside
+        if aside:
+            self._frames.pop("superseded", None)
         if self._ckpt_tail is not None:
             self.checkpoints += [row for _, row in self._ckpt_tail.poll()]
         self.config = self._read_config()

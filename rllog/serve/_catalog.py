@@ -94,7 +94,7 @@ class RunEntry:
     error: str | None = None  # why the run could not be read
     checked: float = 0.0  # monotonic time of the last refresh
     grew: float = field(default_factory=time.time)  # wall time new rows were last seen
-    version: int = -1
+    version: int = -1  # -1 until read, then one more at each change of its rows
     _columns: dict[str, Any] = field(default_factory=dict)
     _summary: tuple[Any, dict[str, Any]] | None = None
     _findings: tuple[Any, list[dict[str, Any]]] | None = None  # (version or doctor.jsonl size, findings)
@@ -115,7 +115,7 @@ class RunEntry:
                 except (OSError, ValueError) as exc:
                     self.error = f"{self.location}: not read ({type(exc).__name__}: {exc})"
                     return False
-                self.version = self.run.rows_read
+                self.version = 0
                 self.checked = time.monotonic()
             return self.run is not None
 
@@ -151,14 +151,17 @@ class RunEntry:
             if self.run is None or now - self.checked < REFRESH_EVERY:
                 return
             self.checked = now
-            before = self.run.rows_read
+            before = (self.run.rows_read, len(self.run.superseded_rows), self.run.restarts)
             try:
-                self.run.refresh()
+                new = self.run.refresh()
             except OSError:  # a bucket that does not answer: show what was read
                 return
-            if self.run.rows_read != before or self.version < 0:
-                self.version = self.run.rows_read
-                self.grew = time.time() if self.version != before else self.grew
+            # a rewrite (resume, folder replaced) may leave as many rows as before: any
+            # row returned, row moved aside or restart is a change
+            after = (self.run.rows_read, len(self.run.superseded_rows), self.run.restarts)
+            if new or after != before:
+                self.version += 1
+                self.grew = time.time()
                 self._columns.clear()
 
     # -- metrics -------------------------------------------------------------------------

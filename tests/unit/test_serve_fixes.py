@@ -61,7 +61,7 @@ pytest.importorskip("starlette")
 pytest.importorskip("plotly")
 from starlette.testclient import TestClient  # noqa: E402  # after the skips
 
-from rllog.serve import serve  # noqa: E402
+from rllog.serve import create_app, serve  # noqa: E402
 
 
 def _run(path: Path, n: int = 5, **kw) -> None:
@@ -86,3 +86,103 @@ def test_serve_other_loopback_hosts_answer_and_print_a_valid_url(tmp_path, monke
     client = TestClient(got["app"], base_url=f"http://{header}")
     assert client.get("/api/runs").status_code == 200
     assert client.get("/api/runs", headers={"host": "evil.example"}).status_code == 400
+
+
+@pytest.fixture
+def fast_refresh(monkeypatch):
+    from rllog.serve import _catalog
+
+    monkeypatch.setattr(_catalog, "REFRESH_EVERY", 0.0)
+    monkeypatch.setattr(_catalog, "DISCOVER_EVERY", 0.0)
+
+
+def _fresh_series(path: Path, key: str) -> tuple[list, list]:
+    from rllog import read_run
+
+    rows = [r for r in read_run(path).rows if isinstance(r.get(key), float)]
+    return [r["step"] for r in rows], [r[key] for r in rows]
+
+
+def _series(client: TestClient, rid: str, key: str = "reward") -> dict:
+    out = client.get(f"/api/runs/{rid}/series", params={"key": key})
+    assert out.status_code == 200, out.text
+    return out.json()
+
+
+#: metrics that make each row long, so the file is longer than the head a tail compares
+PAD = {f"pad/metric_{i:02d}": 0.5 for i in range(12)}
+
+
+def test_series_after_resume_and_replace_while_served_equals_a_fresh_read(tmp_path, fast_refresh):
+    import shutil
+
+    path = tmp_path / "runs" / "r"
+    with RunLogger(path, code_diff=False, index=False) as lg:
+        for s in range(6):
+            lg.log_metrics(s, {"reward": float(s), **PAD})
+            if s == 2:
+                lg.log_checkpoint("000002", batch=3, state_path="ck/2")
+    client = TestClient(create_app([str(tmp_path / "runs")]), base_url="http://127.0.0.1")
+    rid = client.get("/api/runs").json()["runs"][0]["id"]
+    before = _series(client, rid)
+    assert before["x"] == [0, 1, 2, 3, 4, 5] and before["resumes"] == [] and before["superseded"]["x"] == []
+    # resumed while served: rows >= 3 moved aside, the file regrows past the old offset
+    with RunLogger(path, resume=True, code_diff=False, index=False) as lg:
+        for s in range(3, 10):
+            lg.log_metrics(s, {"reward": 10.0 + s, **PAD})
+    after = _series(client, rid)
+    assert (after["x"], after["y"]) == _fresh_series(path, "reward")
+    assert after["y"] == [0.0, 1.0, 2.0, *(10.0 + s for s in range(3, 10))]
+    assert after["superseded"] == {"x": [3, 4, 5], "y": [3.0, 4.0, 5.0]} and after["resumes"] == [3]
+    summary = client.get("/api/runs").json()["runs"][0]
+    assert summary["status"]["resumes"] == 1 and summary["last_step"] == 9
+    # the folder replaced by another run with as many rows, while served
+    shutil.rmtree(path)
+    with RunLogger(path, code_diff=False, index=False) as lg:
+        for s in range(10):
+            lg.log_metrics(s, {"reward": -float(s), **PAD})
+    after = _series(client, rid)
+    assert (
+        (after["x"], after["y"])
+        == _fresh_series(path, "reward")
+        == (list(range(10)), [-float(s) for s in range(10)])
+    )
+    assert after["superseded"]["x"] == [] and after["resumes"] == []
+
+
+def test_refresh_reads_rows_moved_aside_while_open(tmp_path):
+    """A resume appends to metrics.superseded.jsonl before it cuts metrics.jsonl: an open
+    run shows those rows (the resume markers) at its next refresh, not after a restart."""
+    from rllog import read_run
+
+    _run(tmp_path, n=4)
+    run = read_run(tmp_path)
+    assert run.superseded_rows == []
+    (tmp_path / "metrics.superseded.jsonl").write_text('{"step": 2, "loss": 9.0}\n{"step": 3, "loss": 8.0}\n')
+    run.refresh()
+    assert [(r["step"], r["loss"]) for r in run.superseded_rows] == [(2, 9.0), (3, 8.0)]
+    assert run.superseded["step"].tolist() == [2, 3]
+    with open(tmp_path / "metrics.superseded.jsonl", "a") as f:
+        f.write('{"step": 4, "loss": 7.0}\n')
+    run.refresh()
+    assert [r["step"] for r in run.superseded_rows] == [2, 3, 4]
+
+
+def test_tail_notices_a_file_cut_and_grown_past_the_old_offset(tmp_path):
+    """The first bytes are the same (the kept rows), the bytes before the old offset are not."""
+    from rllog._read.run import MetricsTail
+    from rllog.storage import LocalStorage
+
+    rows = [json.dumps({"step": s, "v": float(s), "pad": "x" * 80}) + "\n" for s in range(8)]
+    (tmp_path / "m.jsonl").write_text("".join(rows))
+    tail = MetricsTail(LocalStorage(tmp_path), "m.jsonl")
+    assert len(tail.poll()) == 8
+    again = [json.dumps({"step": s, "v": -float(s), "pad": "y" * 80}) + "\n" for s in range(4, 12)]
+    (tmp_path / "m.jsonl").write_text("".join(rows[:4] + again))  # cut at step 4, grown past
+    got = tail.poll()
+    assert tail.rewritten and [r["v"] for _, r in got] == [0.0, 1.0, 2.0, 3.0] + [
+        -float(s) for s in range(4, 12)
+    ]
+    with open(tmp_path / "m.jsonl", "a") as f:
+        f.write(json.dumps({"step": 12, "v": 5.0}) + "\n")
+    assert [r for _, r in tail.poll()] == [{"step": 12, "v": 5.0}] and not tail.rewritten
