@@ -386,7 +386,34 @@ class RunEntry:
                     body = self._summary[1]
             finally:
                 self.lock.release()
-        return {"id": self.id, "name": self.name, "url": self.location, "status": self.status(), **body}
+        status = self.status()
+        if body.get("duration") is None and not body.get("loading"):
+            body = {**body, "duration": self._marker_duration(status)}
+        return {"id": self.id, "name": self.name, "url": self.location, "status": status, **body}
+
+    def _marker_duration(self, status: dict[str, Any]) -> float | None:
+        """Seconds from the first start in ``run_status.json`` to its end: ``ended_at`` when
+        closed, now while running, the metrics file's last change for a crashed local run."""
+        from datetime import datetime
+
+        def seconds(text: Any) -> float | None:
+            try:
+                return datetime.fromisoformat(text).timestamp() if isinstance(text, str) else None
+            except ValueError:
+                return None
+
+        start = seconds(status.get("first_started_at") or status.get("started_at"))
+        end = seconds(status.get("ended_at"))
+        if start is None:
+            return None
+        if end is None and status.get("state") in ("running", "stalled"):
+            end = time.time()
+        elif end is None and not self.bucket and self.run is not None:
+            try:
+                end = os.path.getmtime(os.path.join(self.location, self.run.metrics_name))
+            except OSError:
+                return None
+        return max(0.0, end - start) if end is not None else None
 
     def _loading_row(self) -> dict[str, Any]:
         body: dict[str, Any] = {"rows": None, "version": self.version, "first_step": None, "last_step": None,
@@ -537,14 +564,7 @@ class Catalog:
 
     def runs(self) -> list[RunEntry]:
         """Every run found so far (looks for new ones when the last look is old)."""
-        with self._lock:
-            if time.monotonic() - self._found_at >= DISCOVER_EVERY:
-                self._discover()
-                self._found_at = time.monotonic()
-            if self._worker is None and not self._stop.is_set():
-                self._worker = threading.Thread(target=self._work, name="rllog-serve-worker", daemon=True)
-                self._worker.start()
-            entries = list(self._runs.values())
+        entries = self._look()
         deadline = time.monotonic() + INLINE_LOAD_SECONDS
         for e in entries:
             if time.monotonic() >= deadline:
@@ -556,10 +576,25 @@ class Catalog:
                     e.lock.release()
         return entries
 
+    def _look(self) -> list[RunEntry]:
+        """The runs found, looked for again when the last look is older than :data:`DISCOVER_EVERY`."""
+        with self._lock:
+            if time.monotonic() - self._found_at >= DISCOVER_EVERY:
+                self._discover()
+                self._found_at = time.monotonic()
+            if self._worker is None and not self._stop.is_set():
+                self._worker = threading.Thread(target=self._work, name="rllog-serve-worker", daemon=True)
+                self._worker.start()
+            return list(self._runs.values())
+
     def get(self, run_id: str) -> RunEntry | None:
-        if run_id not in self._runs:
-            self.runs()
+        """The run with this id, read and refreshed; None if there is none (or it was deleted)."""
+        self._look()
         entry = self._runs.get(run_id)
+        if entry is not None and not entry.bucket and not os.path.exists(entry.location):
+            with self._lock:  # deleted since the last look: never serve its cached rows
+                self._runs.pop(run_id, None)
+            return None
         if entry is not None:
             self._load(entry)
             entry.refresh()
@@ -599,6 +634,10 @@ class Catalog:
                 self._stop.wait(0.25)
 
     def _discover(self) -> None:
+        """Add the runs found under the roots; drop the runs no longer there (deleted: their
+        cached rows are not served again) unless their root could not be listed."""
+        seen: set[str] = set()
+        unlisted: list[str] = []
         for root in self.roots:
             try:
                 found = self._bucket_runs(root) if "://" in root else self._local_runs(root)
@@ -606,12 +645,17 @@ class Catalog:
                 msg = f"{root}: {exc}"
                 if msg not in self.problems:
                     self.problems.append(msg)
+                unlisted.append(root)
                 continue
             for location, name in found:
                 rid = _run_id(location)
+                seen.add(rid)
                 if rid not in self._runs:
                     bucket = "://" in location
                     self._runs[rid] = RunEntry(rid, location, name, bucket, self._options if bucket else {})
+        for rid, entry in list(self._runs.items()):
+            if rid not in seen and not any(entry.location.startswith(r) for r in unlisted):
+                del self._runs[rid]
 
     def _local_runs(self, root: str) -> list[tuple[str, str]]:
         if os.path.isfile(root):

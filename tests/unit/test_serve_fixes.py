@@ -186,3 +186,39 @@ def test_tail_notices_a_file_cut_and_grown_past_the_old_offset(tmp_path):
     with open(tmp_path / "m.jsonl", "a") as f:
         f.write(json.dumps({"step": 12, "v": 5.0}) + "\n")
     assert [r for _, r in tail.poll()] == [{"step": 12, "v": 5.0}] and not tail.rewritten
+
+
+def test_a_deleted_run_is_dropped_and_its_data_not_served(tmp_path, fast_refresh):
+    import shutil
+
+    _run(tmp_path / "runs" / "keep")
+    _run(tmp_path / "runs" / "gone")
+    client = TestClient(create_app([str(tmp_path / "runs")]), base_url="http://127.0.0.1")
+    runs = {r["name"]: r["id"] for r in client.get("/api/runs").json()["runs"]}
+    assert set(runs) == {"runs/keep", "runs/gone"}
+    assert _series(client, runs["runs/gone"], "loss")["y"][0] == 1.0
+    shutil.rmtree(tmp_path / "runs" / "gone")
+    assert client.get(f"/api/runs/{runs['runs/gone']}/series", params={"key": "loss"}).status_code == 404
+    assert [r["name"] for r in client.get("/api/runs").json()["runs"]] == ["runs/keep"]
+    assert client.get(f"/api/runs/{runs['runs/gone']}/detail").status_code == 404
+
+
+def test_duration_from_the_status_marker_without_time_metrics(tmp_path):
+    import datetime as dt
+
+    _run(tmp_path / "r")  # logs no time/* metric
+    marker = json.loads((tmp_path / "r" / "run_status.json").read_text())
+    start = dt.datetime.fromisoformat(marker["first_started_at"]).timestamp()
+    end = dt.datetime.fromisoformat(marker["ended_at"]).timestamp()
+    client = TestClient(create_app([str(tmp_path / "r")]), base_url="http://127.0.0.1")
+    row = client.get("/api/runs").json()["runs"][0]
+    assert row["status"]["state"] == "finished" and row["duration"] == pytest.approx(end - start)
+    live = RunLogger(tmp_path / "live", code_diff=False, index=False)
+    try:
+        live.log_metrics(0, {"loss": 1.0})
+        live.flush()
+        client = TestClient(create_app([str(tmp_path / "live")]), base_url="http://127.0.0.1")
+        row = client.get("/api/runs").json()["runs"][0]
+        assert row["status"]["state"] == "running" and row["duration"] is not None and row["duration"] >= 0
+    finally:
+        live.close()
