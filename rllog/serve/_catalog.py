@@ -24,7 +24,7 @@ from rllog._read.status import run_status
 from rllog._read.summary import key_metrics
 from rllog.storage import Storage, open_storage
 
-__all__ = ["Catalog", "RunEntry", "downsample"]
+__all__ = ["Catalog", "RunEntry", "downsample", "ema"]
 
 #: seconds between two re-reads of one run's new bytes (requests in between share one read)
 REFRESH_EVERY = 0.5
@@ -75,6 +75,27 @@ def downsample(x: Any, y: Any, points: int) -> tuple[Any, Any]:
     return x[idx], y[idx]
 
 
+def ema(y: Any, weight: float) -> Any:
+    """TensorBoard's debiased exponential moving average of ``y`` (finite float64 values, in x order).
+
+    ``last = last * w + (1 - w) * y_i``; ``smoothed_i = last / (1 - w ** (i + 1))`` (the
+    debiasing divides out the zero start), as in TensorBoard's scalar dashboard
+    (``classicSmoothing`` in tensorboard/webapp/widgets/line_chart_v2).
+    Returns a float64 array as long as ``y``; about 30 ms for 100k points.
+    """
+    import numpy as np
+
+    out = np.empty(len(y))
+    last = 0.0
+    debias = 0.0
+    w = float(weight)
+    for i, v in enumerate(y.tolist()):
+        last = last * w + (1.0 - w) * v
+        debias = debias * w + (1.0 - w)
+        out[i] = last / debias
+    return out
+
+
 @dataclass
 class RunEntry:
     """One run: its reader (read on first need, see :meth:`load`), what was computed from it,
@@ -100,6 +121,7 @@ class RunEntry:
     _findings: tuple[Any, list[dict[str, Any]]] | None = None  # (version or doctor.jsonl size, findings)
     _doctor_at: float = 0.0  # monotonic time the doctor last finished
     _doctor_took: float = 0.0  # seconds it took
+    _restarts: int = 0  # restarts found in the metrics file, as last counted
     lock: threading.RLock = field(default_factory=threading.RLock)
 
     @property
@@ -213,34 +235,49 @@ class RunEntry:
         _, bad = self._table()["columns"].get(key, (None, None))
         return np.flatnonzero(bad) if bad is not None else np.empty(0, dtype=np.int64)
 
-    def series(self, key: str, x: str, points: int, x0: float | None, x1: float | None) -> dict[str, Any]:
+    def series(
+        self, key: str, x: str, points: int, x0: float | None, x1: float | None, smooth: float = 0.0
+    ) -> dict[str, Any]:
         """One metric against ``x``, downsampled to about ``points`` inside ``[x0, x1]``.
 
         Returns ``{"x", "y", "n" (finite points in range), "total", "downsampled",
-        "nonfinite": [[x, "NaN"|"Infinity"|"-Infinity"], ...], "superseded": {"x", "y"},
-        "resumes": [x, ...]}``.
+        "smoothed": {"x", "y"} (empty when ``smooth`` is 0), "nonfinite": [[x,
+        "NaN"|"Infinity"|"-Infinity"], ...], "superseded": {"x", "y"}, "resumes": [x, ...]}``.
+        ``smooth``: the EMA weight in [0, 1) (:func:`ema`), applied to every finite point
+        of the series in x order, before the range and the downsampling.
         """
         import numpy as np
 
         run = self.require()
         step_key = run.step_key or "row"
-        xs = self.column(step_key if x not in self.x_options() else x)
+        x = x if x in self.x_options() else step_key
+        xs = self.column(x)
         ys = self.column(key)
         finite = np.isfinite(ys) & np.isfinite(xs)
-        inside = finite.copy()
+        order = np.argsort(xs[finite], kind="stable")
+        ax, ay = xs[finite][order], ys[finite][order]
+        inside = np.ones(len(ax), dtype=bool)
         if x0 is not None:
-            inside &= xs >= x0
+            inside &= ax >= x0
         if x1 is not None:
-            inside &= xs <= x1
-        order = np.argsort(xs[inside], kind="stable")
-        sx, sy = xs[inside][order], ys[inside][order]
+            inside &= ax <= x1
+        sx, sy = ax[inside], ay[inside]
         dx, dy = downsample(sx, sy, points)
+        smoothed: dict[str, list[float]] = {"x": [], "y": []}
+        if smooth > 0 and len(ax) > 1:
+            with self.lock:
+                cache = f"\0ema\0{key}\0{x}\0{smooth!r}"
+                if cache not in self._columns:
+                    self._columns[cache] = ema(ay, smooth)
+                ey = self._columns[cache][inside]
+            ex, ey = downsample(sx, ey, points)
+            smoothed = {"x": ex.tolist(), "y": ey.tolist()}
         bad: list[list[Any]] = []
-        if x == step_key and run.step_key:
-            at = self.logged_nonfinite(key)
-            for sx_, sy_ in zip(xs[at].tolist(), ys[at].tolist(), strict=True):
-                if math.isfinite(sx_):
-                    bad.append([sx_, "NaN" if sy_ != sy_ else ("Infinity" if sy_ > 0 else "-Infinity")])
+        at = self.logged_nonfinite(key)  # row positions: on any x axis
+        for sx_, sy_ in zip(xs[at].tolist(), ys[at].tolist(), strict=True):
+            inside_ = (x0 is None or sx_ >= x0) and (x1 is None or sx_ <= x1)
+            if math.isfinite(sx_) and inside_:
+                bad.append([sx_, "NaN" if sy_ != sy_ else ("Infinity" if sy_ > 0 else "-Infinity")])
         sup_x: list[float] = []
         sup_y: list[float] = []
         resumes: list[float] = []
@@ -264,6 +301,7 @@ class RunEntry:
             "n": int(len(sx)),
             "total": int(finite.sum()),
             "downsampled": len(dx) < len(sx),
+            "smoothed": smoothed,
             "nonfinite": bad,
             "superseded": {"x": sup_x, "y": sup_y},
             "resumes": resumes,
@@ -363,7 +401,13 @@ class RunEntry:
         if st["state"] == "running" and self.bucket and time.time() - self.grew > STALL_SECONDS:
             st["state"] = "stalled"
         if st["resumes"] == 0:
-            st["resumes"] = len(run.restarts)
+            # run.restarts parses the rows on first use: never while another thread reads them
+            if self.lock.acquire(timeout=0.05):
+                try:
+                    self._restarts = len(run.restarts)
+                finally:
+                    self.lock.release()
+            st["resumes"] = self._restarts
         return st
 
     def summary(self) -> dict[str, Any]:

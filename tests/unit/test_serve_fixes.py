@@ -222,3 +222,65 @@ def test_duration_from_the_status_marker_without_time_metrics(tmp_path):
         assert row["status"]["state"] == "running" and row["duration"] is not None and row["duration"] >= 0
     finally:
         live.close()
+
+
+def test_smoothing_is_computed_on_the_full_series_then_downsampled(tmp_path):
+    import math
+
+    import numpy as np
+
+    path = tmp_path / "long"
+    path.mkdir()
+    rng = np.random.default_rng(1)
+    vals = rng.normal(size=20_000).tolist()
+    vals[5] = math.nan
+    (path / "metrics.jsonl").write_text(
+        "".join(json.dumps({"step": i, "m": v}) + "\n" for i, v in enumerate(vals))
+    )
+    client = TestClient(create_app([str(path)]), base_url="http://127.0.0.1")
+    rid = client.get("/api/runs").json()["runs"][0]["id"]
+    w = 0.99
+    s = client.get(f"/api/runs/{rid}/series", params={"key": "m", "points": 500, "smooth": w}).json()
+    # TensorBoard's debiased EMA over every finite logged value, in step order
+    last = debias = 0.0
+    want = {}
+    for i, v in enumerate(vals):
+        if math.isfinite(v):
+            last, debias = last * w + (1 - w) * v, debias * w + (1 - w)
+            want[i] = last / debias
+    assert s["downsampled"] and 0 < len(s["smoothed"]["x"]) <= 500
+    for x, y in zip(s["smoothed"]["x"], s["smoothed"]["y"], strict=True):
+        assert y == pytest.approx(want[int(x)], abs=1e-12), (x, s["smoothed"]["x"][:5])
+    # a zoomed range keeps the EMA of the whole series (not restarted at x0)
+    z = client.get(
+        f"/api/runs/{rid}/series", params={"key": "m", "x0": 10_000, "x1": 10_100, "smooth": w}
+    ).json()
+    assert z["smoothed"]["x"][0] == 10_000 and z["smoothed"]["y"][0] == pytest.approx(want[10_000], abs=1e-12)
+    assert z["nonfinite"] == [] and s["nonfinite"] == [[5, "NaN"]]
+    assert client.get(f"/api/runs/{rid}/series", params={"key": "m", "smooth": 1}).status_code == 400
+    assert client.get(f"/api/runs/{rid}/series", params={"key": "m"}).json()["smoothed"] == {"x": [], "y": []}
+
+
+def test_links_inside_an_iteration_report_open_the_run_pages(tmp_path):
+    import re
+
+    from rllog._demo import DemoConfig, run_demo
+
+    run_demo(DemoConfig(log_path=str(tmp_path / "demo"), n_batches=3, seed=0, save_every=2), quiet=True)
+    client = TestClient(create_app([str(tmp_path / "demo")]), base_url="http://127.0.0.1")
+    rid = client.get("/api/runs").json()["runs"][0]["id"]
+    its = client.get(f"/api/runs/{rid}/iterations").json()["iterations"]
+    report = its[1]["splits"][0]["report"]
+    assert report == "train_iteration_000001.html"
+    page = client.get(f"/api/runs/{rid}/files/{report}")
+    assert page.status_code == 200 and "sandbox" in page.headers["content-security-policy"]
+    links = {h for h in re.findall(r'href="([^"#][^"]*)"', page.text)}
+    assert {"index.html", "train_iteration_000000.html", "train_iteration_000002.html"} <= links
+    for href in links:  # resolved against the report's URL, as the browser does in the frame
+        got = client.get(f"/api/runs/{rid}/files/{href.removeprefix('./')}")
+        assert got.status_code == 200 and got.text.lstrip().lower().startswith("<!doctype html"), href
+    index = client.get(f"/api/runs/{rid}/files/index.html").text
+    for href in set(re.findall(r'href="\./([^"#]+\.html)"', index)):
+        assert client.get(f"/api/runs/{rid}/files/{href}").status_code == 200, href
+    for bad in ("metrics.jsonl", "config.json", "../demo/index.html", "nope.html", "%2e%2e/index.html"):
+        assert client.get(f"/api/runs/{rid}/files/{bad}").status_code == 404, bad
