@@ -35,6 +35,7 @@ from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 
 from rllog._format.layout import CODE_DIFF_FILE
+from rllog._format.vocab import KEY_METRICS
 from rllog._read.search import compile_pattern, search_rollouts
 from rllog.serve._catalog import Catalog, RunEntry, threshold_value
 
@@ -143,7 +144,9 @@ def create_app(catalog: Catalog, *, token: str | None = None, hosts: list[str] |
         for entry in catalog.runs():
             entry.refresh()
             out.append(entry.summary())
-        return _Json({"runs": out, "roots": catalog.roots, "problems": catalog.problems})
+        return _Json(
+            {"runs": out, "roots": catalog.roots, "problems": catalog.problems, "key_metrics": list(KEY_METRICS)}
+        )
 
     @one_run
     def metrics(request: Request, entry: RunEntry) -> Response:
@@ -285,8 +288,12 @@ def create_app(catalog: Catalog, *, token: str | None = None, hosts: list[str] |
                 break
         return _Json({"hits": hits, "files": searched, "truncated": len(hits) >= 300})
 
+    def favicon(request: Request) -> Response:
+        return Response(status_code=204)  # none: the page declares none, this answers browsers that ask
+
     routes = [Route(path, page) for path in files]
     routes += [
+        Route("/favicon.ico", favicon),
         Route("/static/plotly.min.js", plotly),
         Route("/api/runs", runs),
         Route("/api/runs/{run_id}/metrics", metrics),

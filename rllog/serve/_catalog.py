@@ -475,7 +475,7 @@ class RunEntry:
         step_key = run.step_key
         steps = self.column(step_key) if step_key else np.empty(0)
         steps = steps[np.isfinite(steps)]
-        keys = key_metrics(rows, list(self._table()["columns"]), step_key, limit=6)
+        keys = key_metrics(rows, list(self._table()["columns"]), step_key, limit=12)  # the page picks 6
         metrics = {}
         for k in keys:
             col = self.column(k)
