@@ -284,3 +284,10 @@ def test_links_inside_an_iteration_report_open_the_run_pages(tmp_path):
         assert client.get(f"/api/runs/{rid}/files/{href}").status_code == 200, href
     for bad in ("metrics.jsonl", "config.json", "../demo/index.html", "nope.html", "%2e%2e/index.html"):
         assert client.get(f"/api/runs/{rid}/files/{bad}").status_code == 404, bad
+
+
+def test_no_favicon_404(tmp_path):
+    _run(tmp_path / "r")
+    client = TestClient(create_app([str(tmp_path / "r")]), base_url="http://127.0.0.1")
+    assert client.get("/favicon.ico").status_code == 204
+    assert '<link rel="icon" href="data:,">' in client.get("/").text  # the page asks for none
