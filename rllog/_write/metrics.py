@@ -43,7 +43,18 @@ class MetricsWriter:
         closed: set by the owner at close; :meth:`write` then raises.
     """
 
-    __slots__ = ("storage", "console", "closed", "pending", "_offset", "_fd", "_lock", "_encoder", "_warn")
+    __slots__ = (
+        "storage",
+        "console",
+        "closed",
+        "pending",
+        "_offset",
+        "_fd",
+        "_lock",
+        "_encoder",
+        "_warn",
+        "_pid",
+    )
 
     def __init__(
         self, storage: Storage, *, strict_json: bool, console: bool, warn: Callable[[str, str], None]
@@ -55,6 +66,7 @@ class MetricsWriter:
         self._offset = 0  # bytes of pending[0] already written (a short write)
         self._fd = storage.append_fd(METRICS_FILE) if isinstance(storage, LocalStorage) else None
         self._lock = threading.Lock()
+        self._pid = os.getpid()
         self._encoder = MetricsEncoder(strict_json=strict_json)
         self._warn = warn
 
@@ -67,6 +79,7 @@ class MetricsWriter:
         """
         if self.closed:
             raise RuntimeError(f"log_metrics(step={step!r}) on a closed RunLogger for {self.storage.url}")
+        self._check_fork()
         with self._lock:
             row = self._encoder.encode_row(step, metrics)
             if self.pending:
@@ -89,8 +102,15 @@ class MetricsWriter:
         if self.console:
             _print_row(step, metrics)
 
+    def _check_fork(self) -> None:
+        """In a forked child, a new lock: the parent's may have been held by another thread at the fork."""
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._lock = threading.Lock()
+
     def drain(self) -> bool:
         """Write the held-back rows, in order; True when none is left."""
+        self._check_fork()
         with self._lock:
             self._drain()
             return not self.pending
