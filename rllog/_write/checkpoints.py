@@ -103,6 +103,7 @@ class CheckpointCommitter:
         self._warn = warn
         self.pending: list[tuple[int, str, bytes]] = []  # (number, name, line), oldest first
         self._added = 0  # records added so far; a record's number is its position
+        self._unflushed = False  # records appended whose durability nobody has waited for yet
         self._cut_to: int | None = None  # checkpoints.jsonl must be cut back to this size first
         self._fork_safe()
 
@@ -177,7 +178,7 @@ class CheckpointCommitter:
 
         try:
             with self._lock:
-                if not self.pending:
+                if not self.pending and not self._unflushed:
                     return True
                 upto = self._added  # records added before the barrier below
                 if not self._metrics.drain():
@@ -192,13 +193,22 @@ class CheckpointCommitter:
                     return False  # close took over
                 self._append(upto)
             self._storage.flush(durable=True, timeout=left())
+            with self._lock:
+                if not self.pending:
+                    self._unflushed = False
         except OSError as exc:
             names = [n for _, n, _ in self.pending]
-            self._warn(
-                f"checkpoint:{type(exc).__name__}",
-                f"checkpoint record(s) {names} held back: what was logged before them is not durable in "
-                f"{self._storage.url} ({exc}). Training goes on; they are written once it is.",
-            )
+            if names:
+                what = (
+                    f"checkpoint record(s) {names} held back: what was logged before them is not durable in "
+                    f"{self._storage.url} ({exc}). Training goes on; they are written once it is."
+                )
+            else:
+                what = (
+                    f"checkpoint record(s) appended to {self._storage.url}/{CHECKPOINTS_FILE} are not uploaded "
+                    f"yet ({exc}); they are kept with the rows and retried."
+                )
+            self._warn(f"checkpoint:{type(exc).__name__}", what)
             return False
         return not self.pending
 
@@ -225,6 +235,7 @@ class CheckpointCommitter:
                     self._cut_to = None
                     raise
             self.pending.pop(0)
+            self._unflushed = True
 
     def unwritten_message(self) -> str | None:
         """At close: which records never became durable, or None."""
