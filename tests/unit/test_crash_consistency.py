@@ -49,7 +49,7 @@ def test_rollouts_and_checkpoints_from_eight_threads_raise_nothing(tmp_path):
                 logger.log_rollouts(it, _groups(it))
                 if i % 4 == 3:
                     logger.log_checkpoint(f"{it:06d}", batch=it)
-        except BaseException as exc:  # noqa: BLE001  # any exception from the loop's calls is the bug
+        except BaseException as exc:  # any exception from the loop's calls is the bug
             errors.append(exc)
 
     threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
