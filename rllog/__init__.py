@@ -19,15 +19,26 @@ your own tests). File formats: docs/FORMATS.md; how the package is built: README
 
 from __future__ import annotations
 
-from rllog import logtree
-from rllog._format.records import ResumeState, StepSummary, TrajectorySummary
-from rllog._read.config import load_config
-from rllog._read.rollouts import read_rollouts, rollouts_dataframe
-from rllog._read.run import Run, read_run
-from rllog._run import RunLogger
-from rllog._write.rollouts import build_rollout_summaries, summarize_rollouts
-from rllog.errors import ConfigError, RllogError, RunFormatError, StorageError, StoragePermanentError
-from rllog.storage import Storage, open_storage
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rllog import logtree
+    from rllog._format.records import ResumeState, StepSummary, TrajectorySummary
+    from rllog._read.config import load_config
+    from rllog._read.rollouts import read_rollouts, rollouts_dataframe
+    from rllog._read.run import Run, read_run
+    from rllog._run import RunLogger
+    from rllog._write.rollouts import build_rollout_summaries, summarize_rollouts
+    from rllog.errors import (
+        ConfigError,
+        ReadOnlyStorageError,
+        RllogError,
+        RunFormatError,
+        StorageError,
+        StoragePermanentError,
+    )
+    from rllog.storage import Storage, open_storage
 
 __version__ = "0.2.0"
 
@@ -53,7 +64,47 @@ __all__ = [
     "RllogError",
     "StorageError",
     "StoragePermanentError",
+    "ReadOnlyStorageError",
     "ConfigError",
     "RunFormatError",
     "__version__",
 ]
+
+# Each public name is imported on first use (PEP 562), so `import rllog` and every `rllog`
+# command start without loading the write side, the read side and their dependencies.
+_WHERE = {
+    "RunLogger": "rllog._run",
+    "ResumeState": "rllog._format.records",
+    "TrajectorySummary": "rllog._format.records",
+    "StepSummary": "rllog._format.records",
+    "logtree": "rllog.logtree",
+    "build_rollout_summaries": "rllog._write.rollouts",
+    "summarize_rollouts": "rllog._write.rollouts",
+    "read_run": "rllog._read.run",
+    "Run": "rllog._read.run",
+    "read_rollouts": "rllog._read.rollouts",
+    "rollouts_dataframe": "rllog._read.rollouts",
+    "load_config": "rllog._read.config",
+    "Storage": "rllog.storage",
+    "open_storage": "rllog.storage",
+    "RllogError": "rllog.errors",
+    "StorageError": "rllog.errors",
+    "StoragePermanentError": "rllog.errors",
+    "ReadOnlyStorageError": "rllog.errors",
+    "ConfigError": "rllog.errors",
+    "RunFormatError": "rllog.errors",
+}
+
+
+def __getattr__(name: str) -> Any:
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module 'rllog' has no attribute {name!r}; the public names are rllog.__all__")
+    module = importlib.import_module(where)
+    value = module if name == "logtree" else getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

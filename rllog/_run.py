@@ -25,23 +25,26 @@ and ``close`` says what could not be written and where it was saved instead. Mis
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import threading
 import time
 import weakref
-from typing import Any
+from typing import Any, cast
 
 from rllog._format.codec import encode_json
 from rllog._format.layout import CHECKPOINTS_FILE, CODE_DIFF_FILE, CONFIG_FILE, METRICS_FILE
-from rllog._format.records import ResumeState, last_checkpoint
+from rllog._format.records import ResumeState
 from rllog._storage.local import remove_stale_tmp
 from rllog._storage.staged import run_at_exit
 from rllog._write.checkpoints import CheckpointCommitter, checkpoint_record, read_checkpoints
 from rllog._write.metrics import MetricsWriter
+from rllog._write.noclobber import NoClobberStorage
 from rllog._write.notes import Notes
 from rllog._write.rank import process_rank
-from rllog._write.resume import lock_run, repair_torn_tail, supersede, timestamped
+from rllog._write.resume import lock_run, repair_torn_tail, supersede, timestamped, unlock_run
 from rllog._write.rollouts import RolloutFiles, encode_rollouts
+from rllog._write.timing import Timer, Timings
 from rllog.errors import StorageError
 from rllog.storage import FsspecStorage, LocalStorage, Storage, open_storage
 
@@ -51,6 +54,9 @@ __all__ = ["RunLogger", "NullRunLogger"]
 _DEFAULT_CLOSE_TIMEOUT = 60.0
 #: seconds without upload progress after which ``close`` stops waiting (a bucket that is down)
 _NO_PROGRESS_TIMEOUT = 5.0
+#: bytes of metrics.jsonl up to which ``close`` writes index.html itself (~0.1 s); past
+#: it a detached process writes the page, so close costs the same for any run length
+INLINE_INDEX_BYTES = 2 << 20
 
 
 class RunLogger:
@@ -67,31 +73,66 @@ class RunLogger:
             counts samples or tokens works), else its ``step``.
         resume_key: the checkpoint key that holds the next batch (default ``"batch"``);
             metric steps are compared with it.
+        resume_require: the key a record must have to be resumed from (default
+            ``"state_path"``, tinker-cookbook's ``get_last_checkpoint`` rule: sampler-only
+            records are skipped); None takes the last record with ``resume_key``. For
+            records with an ``epoch`` see :mod:`rllog._write.resume_point` (the point is
+            the last step logged before the checkpoint, or tinker's
+            ``epoch * batches_per_epoch + batch``; when it cannot be told nothing moves
+            and a warning says so). On resume, the iteration reports and rollout
+            summaries at or past the point are moved to ``superseded/``.
         strict_json: write NaN/±Infinity as ``null`` (strict JSON) instead of the
             ``NaN``/``Infinity`` tokens.
         code_diff: write code.diff (commit, ``git diff HEAD``, untracked files) at start.
-        rank: this process's rank; default from torch.distributed, ``$RANK`` or
-            ``$LOCAL_RANK``. Only rank 0 writes unless ``all_ranks=True``; on other
+        rank: this process's rank; default from torch.distributed when initialised, else
+            the first of ``$RANK``, ``$SLURM_PROCID``, ``$OMPI_COMM_WORLD_RANK``,
+            ``$PMI_RANK``, ``$LOCAL_RANK``, else 0. Only rank 0 writes unless ``all_ranks=True``; on other
             ranks ``RunLogger(...)`` returns a :class:`NullRunLogger`, whose every method
             is a cheap no-op (:attr:`is_writer` is False).
         all_ranks: write from every rank (then give each rank its own ``log_path``).
         console: also print a one-line summary of each metrics row to stderr.
         index: write ``index.html`` (charts of the main metrics, the stability doctor's
             findings, links to every report; see ``rllog index``) at close, and set
-            :attr:`index_url`.
+            :attr:`index_url`. Up to :data:`INLINE_INDEX_BYTES` of metrics (2 MiB) the
+            page is written inside ``close``; for a longer run a detached low-priority
+            process writes it (close stays ~ms whatever the run's length; the page
+            appears when that process finishes). ``memory://`` runs are indexed inside
+            ``close`` (another process cannot see them).
         shared: join a run that another process is writing (e.g. a separate evaluation
             process adding its reports): no lock, no start-up repair or resume; rows
             are appended to the same files. Without it, opening a local run that
             another live RunLogger holds raises RuntimeError.
+        report_to: trackers that also get every row, the config, checkpoint records,
+            reports and findings: ``"wandb"``, ``"tensorboard"``, ``"console"``, ``"all"``
+            (every installed tracker), sink objects (``rllog.sinks.Wandb(project=...)``,
+            ``rllog.sinks.TensorBoard(logging_dir=...)``, a ``rllog.sinks.BaseSink``
+            subclass) or a list of these; see :mod:`rllog.sinks`. They run on one
+            background thread; ``log_metrics`` only queues the encoded row (~0.2 us).
+        doctor: run the stability doctor's rules live on each row (on the sinks'
+            thread): ``True`` or a :class:`rllog.doctor.Thresholds`. Each new finding is
+            warned about once, appended to ``doctor.jsonl`` (one JSON object per finding,
+            as :meth:`rllog.doctor.Finding.to_dict` plus ``fired_at``), sent to the sinks
+            and to ``on_finding``. At close doctor.jsonl is rewritten with every finding's
+            full step ranges: what ``rllog doctor --json`` prints for the run.
+        on_finding: ``on_finding(finding_dict)``, called on the background thread for each
+            new finding (e.g. set a flag the loop reads to stop or lower its learning rate).
+        sink_timeout: seconds ``close`` waits for the sinks before saying what each did
+            not receive.
+        sink_queue_size: items the sinks' queue holds; past it rows are dropped from the
+            sinks (counted and reported; metrics.jsonl keeps them).
+        timing_spans: also write each :meth:`timer` span to ``timing_spans.jsonl``.
         storage_options: passed to fsspec for URLs (``token=``, ``endpoint_url=``...).
 
     Raises:
-        TypeError, ValueError: on a bad ``log_path`` or argument.
+        TypeError, ValueError: on a bad ``log_path`` or argument; TypeError for an
+            unknown keyword argument with a local path (the valid ones are listed).
         RuntimeError: another live process writes this (local) run and ``shared`` is not set.
         StorageError: ``resume=True`` and the run's files cannot be read (a bucket that
             does not answer); StoragePermanentError: the bucket is missing or access is
             denied (found at open).
-        ImportError: when the URL's fsspec backend is missing (names the package).
+        ImportError: when the URL's fsspec backend is missing (names the package), or a
+            tracker in ``report_to`` is not installed (gives the ``pip install
+            'rllog[wandb]'`` line).
     """
 
     def __new__(
@@ -108,6 +149,7 @@ class RunLogger:
         config: Any = None,
         resume: bool = False,
         resume_key: str = "batch",
+        resume_require: str | None = "state_path",
         strict_json: bool = False,
         code_diff: bool = True,
         rank: int | None = None,
@@ -115,6 +157,12 @@ class RunLogger:
         console: bool = False,
         shared: bool = False,
         index: bool = True,
+        report_to: Any = None,
+        doctor: bool | Any = False,
+        on_finding: Any = None,
+        sink_timeout: float = 30.0,
+        sink_queue_size: int = 10_000,
+        timing_spans: bool = False,
         _worker: bool = False,
         **storage_options: Any,
     ) -> None:
@@ -123,10 +171,15 @@ class RunLogger:
                 "RunLogger(shared=True, resume=True): a shared logger joins a run another process "
                 "writes, and that process owns its resume; pass one of them"
             )
+        _reject_local_options(log_path, storage_options)
+        sinks = _resolve_sinks(report_to)  # misuse and missing trackers fail before anything is opened
         self.rank = process_rank() if rank is None else int(rank)
         self.is_writer = True
         self.strict_json = strict_json
         self.resume_key = resume_key
+        self.resume_require = resume_require
+        # the highest row position logged (epoch checkpoint records keep it)
+        self._last_logged: int | float | None = None
         self.resume_state: ResumeState | None = None
         self._notes = Notes()
         self.warnings = self._notes.messages
@@ -138,6 +191,7 @@ class RunLogger:
         self.storage: Storage = open_storage(log_path, **storage_options)
         self.log_path = self.storage.url
         self._run_lock: int | None = None
+        self._resumed = resume and not (_worker or shared)
         self._worker = _worker or shared
         self._index = index
         self.index_url: str | None = None
@@ -153,7 +207,16 @@ class RunLogger:
             self._start(resume)
         warn = self._notes.warn_once
         self._metrics = MetricsWriter(self.storage, strict_json=strict_json, console=console, warn=warn)
-        self._rollouts = RolloutFiles(self.storage, warn)
+        self._timings = Timings(timing_spans)
+        self._sink_timeout = sink_timeout
+        self._sinks: Any = None
+        if sinks or doctor:
+            self._sinks = self._start_sinks(sinks, doctor, on_finding, sink_queue_size)
+        # iteration artifacts: a worker logger keeps another writer's file (see _write.noclobber)
+        self._artifacts: Storage = (
+            cast(Storage, NoClobberStorage(self.storage, warn)) if self._worker else self.storage
+        )
+        self._rollouts = RolloutFiles(self._artifacts, warn)
         self._checkpoints = CheckpointCommitter(
             self.storage,
             self._metrics,
@@ -187,6 +250,8 @@ class RunLogger:
         try:
             self._start_checks(resume)
         except OSError as exc:
+            if isinstance(storage, LocalStorage) and isinstance(exc, StorageError):
+                raise  # a planted symlink or a folder that may not be written: nothing can be logged
             if resume:
                 raise StorageError(f"cannot resume {storage.url}: its files cannot be read ({exc})") from exc
             self._notes.note(
@@ -202,11 +267,7 @@ class RunLogger:
             if repaired:
                 self._notes.note(repaired)
         if resume:
-            records = read_checkpoints(storage, self.warnings)
-            rec = last_checkpoint(records, self.resume_key)
-            if rec is not None:
-                self.resume_state = ResumeState.from_record(rec, self.resume_key)
-            supersede(storage, self.resume_state.batch if self.resume_state else 0, self._notes.note)
+            self._resume(storage)
         elif storage.exists(METRICS_FILE) and storage.size(METRICS_FILE) > 0:
             self._notes.note(
                 f"{storage.url}/{METRICS_FILE} already has rows; new rows are appended after them. "
@@ -223,6 +284,20 @@ class RunLogger:
                     f"{removed[:5]}{' ...' if len(removed) > 5 else ''}",
                     problem=False,
                 )
+
+    def _resume(self, storage: Storage) -> None:
+        """Choose the record and the point (rllog._write.resume_point), then move rows
+        (supersede) and the crashed run's reports (move_reports_aside) past it."""
+        from rllog._write.resume_point import choose_record, move_reports_aside, resume_point
+
+        records = read_checkpoints(storage, self.warnings)
+        rec = choose_record(records, self.resume_key, self.resume_require, self._notes.note)
+        if rec is not None:
+            self.resume_state = ResumeState.from_record(rec, self.resume_key)
+        point = resume_point(storage, rec, self.resume_key, self._notes.note)
+        if point is not None:
+            supersede(storage, point, self._notes.note)
+            move_reports_aside(storage, point, self._notes.note)
 
     def _write_code_diff(self) -> None:
         from rllog._write.codediff import code_diff
@@ -259,7 +334,19 @@ class RunLogger:
             ValueError: a negative step or a ``"step"`` key in ``metrics``.
             RuntimeError: the logger is closed.
         """
+        if self._timings.totals:
+            metrics = {**metrics, **self._timings.take()}
+            if self._timings.spans:
+                self._write_spans(step)
         self._metrics.write(step, metrics)
+        position = metrics.get("progress/batch", step)
+        if isinstance(position, (int, float)) and (self._last_logged is None or position > self._last_logged):
+            self._last_logged = position
+
+    def _check_open(self, call: str) -> None:
+        """Every writing call after :meth:`close` raises the same error, on every backend."""
+        if self._closed:
+            raise RuntimeError(f"{call} on a closed RunLogger for {self.log_path}")
 
     def _check_rewrite(self, what: str, iteration: Any, eval_name: str | None) -> None:
         """Warn (once per kind) when this logger writes an iteration's artifact a second time:
@@ -284,9 +371,13 @@ class RunLogger:
         Raises:
             ConfigError: the config is not an object with fields or a mapping.
         """
+        self._check_open("log_config")
         from rllog._write.config import config_to_dict
 
-        data = encode_json(config_to_dict(config), indent=2, strict_json=self.strict_json) + b"\n"
+        plain = config_to_dict(config)
+        if self._sinks is not None:
+            self._sinks.put("log_config", plain)
+        data = encode_json(plain, indent=2, strict_json=self.strict_json) + b"\n"
         storage = self.storage
         try:
             old = storage.read(CONFIG_FILE) if storage.exists(CONFIG_FILE) else None
@@ -333,10 +424,15 @@ class RunLogger:
                 value is not JSON-able (the key is named).
             RuntimeError: the logger is closed.
         """
-        if self._closed:
-            raise RuntimeError(f"log_checkpoint({name!r}) on a closed RunLogger for {self.log_path}")
+        self._check_open(f"log_checkpoint({name!r})")
         fields = {"epoch": epoch, "final": final, "state_path": state_path, "sampler_path": sampler_path}
-        self._checkpoints.add(checkpoint_record(name, batch, fields, loop_state))
+        record = checkpoint_record(name, batch, fields, loop_state)
+        if epoch is not None and self._last_logged is not None and "last_logged_step" not in record:
+            # ``batch`` counts within the epoch: the last position logged says where a resume starts
+            record["last_logged_step"] = self._last_logged
+        self._checkpoints.add(record)
+        if self._sinks is not None:
+            self._sinks.put("log_checkpoint", dict(record))
 
     # -- logtree reports (rllog.logtree) ---------------------------------------------
 
@@ -354,16 +450,21 @@ class RunLogger:
         On ranks that do not write (:class:`NullRunLogger`) it is a cheap no-op
         (``trace`` is None and logtree calls inside are no-ops).
         """
+        self._check_open(f"iteration({iteration!r})")
         self._check_rewrite("report", iteration, None)
         from rllog.logtree import iteration_trace
 
-        return iteration_trace(
-            self._rollouts.writer(),  # a refused report is kept and retried like a row
+        return self._reported(
+            iteration_trace(
+                self._rollouts.writer(),  # a refused report is kept and retried like a row
+                iteration,
+                num_groups_to_log=num_groups_to_log,
+                title=title,
+                strict_json=self.strict_json,
+                warn=self._notes.warn_once,
+            ),
             iteration,
-            num_groups_to_log=num_groups_to_log,
-            title=title,
-            strict_json=self.strict_json,
-            warn=self._notes.warn_once,
+            None,
         )
 
     def evaluation(
@@ -376,17 +477,22 @@ class RunLogger:
         Raises:
             TypeError: ``name`` is not a str (raised at the ``with``, before the block runs).
         """
+        self._check_open(f"evaluation({name!r}, {iteration!r})")
         self._check_rewrite("report", iteration, name)
         from rllog.logtree import iteration_trace
 
-        return iteration_trace(
-            self._rollouts.writer(),  # a refused report is kept and retried like a row
+        return self._reported(
+            iteration_trace(
+                self._rollouts.writer(),  # a refused report is kept and retried like a row
+                iteration,
+                eval_name=name,
+                num_groups_to_log=num_groups_to_log,
+                title=title,
+                strict_json=self.strict_json,
+                warn=self._notes.warn_once,
+            ),
             iteration,
-            eval_name=name,
-            num_groups_to_log=num_groups_to_log,
-            title=title,
-            strict_json=self.strict_json,
-            warn=self._notes.warn_once,
+            name,
         )
 
     # -- rollout summaries --------------------------------------------
@@ -421,7 +527,7 @@ class RunLogger:
             TypeError, ValueError: a value of the wrong type or shape (the message names
                 the group, trajectory, step and key); nothing is written.
         """
-        self._check_rewrite("rollout summaries file", iteration, eval_name)
+        self._check_open(f"log_rollouts({iteration!r}, ...)")
         name, _, data = encode_rollouts(
             iteration,
             groups,
@@ -431,7 +537,15 @@ class RunLogger:
             sampling_client_step=sampling_client_step,
             strict_json=self.strict_json,
         )
+        self._check_rewrite(
+            "rollout summaries file", iteration, eval_name
+        )  # after the checks: nothing written yet
         self._rollouts.add(name, data)  # a newer file for the same name replaces an unwritten one
+        if self._sinks is not None:
+            split_name = split or ("train" if eval_name is None else f"eval/{eval_name}")
+            self._sinks.put(
+                "log_rollouts", {"iteration": iteration, "split": split_name, "file": name, "data": data}
+            )
 
     def flush(self, durable: bool = False) -> None:
         """Push everything logged so far to the backend; ``durable=True`` also fsyncs
@@ -483,6 +597,10 @@ class RunLogger:
         deadline = time.monotonic() + timeout
         if self._diff_thread is not None:
             self._diff_thread.join(timeout=min(30.0, _left(deadline) or 0.0))
+        if self._sinks is not None:
+            for message in self._sinks.close(self._sink_timeout):
+                self._notes.note(message)
+            self._rewrite_findings()
         self._checkpoints.stop(timeout=min(1.0, _left(deadline) or 0.0))
         progressed = self._final_flush(deadline)
         if progressed and self._index and not self._worker:
@@ -503,8 +621,90 @@ class RunLogger:
             except OSError as exc:
                 self._notes.note(f"closing {self.log_path} failed: {exc}")
         if self._run_lock is not None:
-            os.close(self._run_lock)  # releases the flock
+            unlock_run(self.storage, self._run_lock)  # releases the flock, removes .rllog.lock
             self._run_lock = None
+
+    # -- trackers, live doctor, timers (rllog.sinks) ----------------------------------
+
+    def _start_sinks(self, sinks: list[Any], doctor: Any, on_finding: Any, queue_size: int) -> Any:
+        from rllog._format.layout import DOCTOR_FILE
+        from rllog.sinks._dispatch import Dispatcher, SinkRun
+
+        engine = None
+        if doctor:
+            from rllog._format.rules import RuleEngine, Thresholds
+
+            engine = RuleEngine(doctor if isinstance(doctor, Thresholds) else None)
+        if on_finding is not None and not callable(on_finding):
+            raise TypeError(f"on_finding must be callable, got {type(on_finding).__name__}")
+        state = self.resume_state
+        run = SinkRun(
+            log_path=self.log_path,
+            storage=self.storage,
+            name=self.log_path.rstrip("/").rsplit("/", 1)[-1],
+            resume=state is not None or self._resumed,
+            resume_step=state.batch if state is not None else (0 if self._resumed else None),
+        )
+        dispatcher = Dispatcher(
+            sinks,
+            run,
+            warn=self._notes.warn_once,
+            queue_size=queue_size,
+            doctor=engine,
+            on_finding=on_finding,
+            findings_file=DOCTOR_FILE if engine is not None else None,
+            replay=(METRICS_FILE, self._replay_size()) if engine is not None and self._resumed else None,
+        )
+        self._metrics.tap = dispatcher.put_row
+        return dispatcher
+
+    def _replay_size(self) -> int:
+        """Bytes of metrics.jsonl before this process logs (what the live doctor replays on a resume)."""
+        try:
+            return self.storage.size(METRICS_FILE) if self.storage.exists(METRICS_FILE) else 0
+        except OSError:
+            return 0
+
+    def _rewrite_findings(self) -> None:
+        """At close: doctor.jsonl becomes every finding with its full step ranges."""
+        from rllog._format.layout import DOCTOR_FILE
+
+        final = self._sinks.final_findings
+        if final is None:
+            return
+        try:
+            self.storage.write(DOCTOR_FILE, b"".join(encode_json(f) + b"\n" for f in final))
+        except OSError as exc:
+            self._notes.warn_once("doctor:file", f"could not write {self.log_path}/{DOCTOR_FILE}: {exc}")
+
+    def _reported(self, trace: Any, iteration: int, eval_name: str | None) -> Any:
+        """``trace`` (a context manager); when the sinks are on, they hear of the report after it."""
+        if self._sinks is None:
+            return trace
+        return _Reported(trace, self, iteration, eval_name)
+
+    def timer(self, name: str) -> Any:
+        """Time a block: ``with logger.timer("sample"):`` (or ``@logger.timer("sample")`` on
+        a function) adds ``time/sample`` (seconds, wall clock) to the next row logged;
+        nested timers give ``time/<outer>/<inner>``; repeats before the row add up. With
+        ``timing_spans=True`` each also gives a span in ``timing_spans.jsonl``.
+
+        Raises:
+            ValueError: an empty name or one starting or ending with ``/``.
+        """
+        return Timer(self._timings, name)
+
+    def _write_spans(self, step: int) -> None:
+        from rllog._format.layout import TIMING_SPANS_FILE
+
+        spans, self._timings.spans = self._timings.spans, []
+        data = b"".join(
+            encode_json({"name": n, "start": a, "end": b, "step": step}) + b"\n" for n, a, b in spans
+        )
+        try:
+            self.storage.append(TIMING_SPANS_FILE, data)
+        except OSError as exc:
+            self._notes.warn_once("spans", f"could not append to {self.log_path}/{TIMING_SPANS_FILE}: {exc}")
 
     def _final_flush(self, deadline: float) -> bool:
         """The durable flush of :meth:`close`; True when everything went out. It keeps
@@ -527,8 +727,21 @@ class RunLogger:
             run_at_exit(_close_open_loggers)
 
     def _write_index(self) -> None:
-        """Write index.html (charts, doctor findings, report links) for the run as it now is."""
-        if not self.storage.exists(METRICS_FILE):
+        """Write index.html (charts, doctor findings, report links) for the run as it now is.
+
+        A metrics file up to :data:`INLINE_INDEX_BYTES` is indexed here (bounded cost);
+        a larger one by a detached low-priority process (``python -m rllog._indexjob``), so
+        close never re-reads a long run inside training. :attr:`index_url` is set either
+        way; from the job the page appears when it finishes (seconds to a minute)."""
+        try:
+            size = self.storage.size(METRICS_FILE)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            self._notes.warn_once("index", f"could not write index.html for {self.log_path}: {exc}")
+            return
+        if size > INLINE_INDEX_BYTES and not self.log_path.startswith("memory://"):
+            self._start_index_job()
             return
         from rllog.index import write_index
 
@@ -538,6 +751,52 @@ class RunLogger:
             self._notes.warn_once(
                 "index", f"could not write index.html for {self.log_path}: {type(exc).__name__}: {exc}"
             )
+
+    def _start_index_job(self) -> None:
+        """Start ``python -m rllog._indexjob`` detached and at low priority: through ``sh``'s
+        ``&``, so the job is no child of the training process (nothing to reap, no zombie)
+        and outlives it. Its stdout is discarded; its stderr is this process's, for its
+        one-line failure message. The run's URL and storage options go in a private temp
+        file (mode 0600) that the job deletes on reading, never on a command line. A
+        failure to start is warned about."""
+        import pickle
+        import subprocess
+        import sys
+        import tempfile
+
+        options = getattr(self.storage, "storage_options", self._storage_options)
+        package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
+        path = None
+        try:
+            fd, path = tempfile.mkstemp(prefix="rllog-index-job-", suffix=".pickle")
+            with os.fdopen(fd, "wb") as f:
+                pickle.dump({"url": self.log_path, "options": dict(options)}, f)
+            subprocess.run(
+                [
+                    "sh",
+                    "-c",
+                    '"$@" >/dev/null </dev/null &',
+                    "sh",
+                    sys.executable,
+                    "-m",
+                    "rllog._indexjob",
+                    path,
+                ],
+                env=env,
+                check=True,
+                timeout=10,
+            )
+        except (OSError, subprocess.SubprocessError, pickle.PicklingError, TypeError, AttributeError) as exc:
+            if path is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+            self._notes.warn_once(
+                "index", f"could not start the index.html job for {self.log_path}: {exc}; run `rllog index`"
+            )
+            return
+        self.index_url = f"{self.log_path.rstrip('/')}/index.html"
 
     def __enter__(self) -> RunLogger:
         return self
@@ -551,7 +810,46 @@ class RunLogger:
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickles as configuration: a worker gets a logger for the same run that writes
         its own artifacts (and can append rows) but does not redo start-of-run work."""
-        return (_worker_logger, (self.log_path, self.strict_json, self._storage_options))
+        where = self.log_path if self._owns_storage else self.storage
+        return (_worker_logger, (where, self.strict_json, self._storage_options, os.getpid()))
+
+
+def _resolve_sinks(report_to: Any) -> list[Any]:
+    if report_to is None:
+        return []
+    from rllog.sinks import resolve_sinks
+
+    return resolve_sinks(report_to)
+
+
+class _Reported:
+    """An iteration's trace context; on exit the sinks are told its report was written."""
+
+    __slots__ = ("_trace", "_logger", "_iteration", "_eval_name")
+
+    def __init__(self, trace: Any, logger: RunLogger, iteration: int, eval_name: str | None) -> None:
+        self._trace, self._logger, self._iteration, self._eval_name = trace, logger, iteration, eval_name
+
+    def __enter__(self) -> Any:
+        return self._trace.__enter__()
+
+    def __exit__(self, *exc: Any) -> Any:
+        out = self._trace.__exit__(*exc)
+        from rllog._format.layout import artifact_name
+
+        logger = self._logger
+        html = artifact_name(self._iteration, "html", self._eval_name)
+        logger._sinks.put(
+            "log_report",
+            {
+                "iteration": self._iteration,
+                "split": "train" if self._eval_name is None else f"eval/{self._eval_name}",
+                "html": html,
+                "json": artifact_name(self._iteration, "logtree", self._eval_name),
+                "url": f"{logger.log_path}/{html}",
+            },
+        )
+        return out
 
 
 _OPEN_LOGGERS: weakref.WeakSet[RunLogger] = weakref.WeakSet()
@@ -578,9 +876,21 @@ class NullRunLogger(RunLogger):
     """
 
     def __init__(
-        self, log_path: str | os.PathLike[str] | Storage, *, rank: int | None = None, **_: Any
+        self,
+        log_path: str | os.PathLike[str] | Storage,
+        *,
+        rank: int | None = None,
+        strict_json: bool = False,
+        resume_key: str = "batch",
+        console: bool = False,
+        **_: Any,
     ) -> None:
+        if not isinstance(log_path, (str, os.PathLike, Storage)):
+            raise TypeError(f"log_path must be a path, a URL or a Storage, got {type(log_path).__name__}")
         self.rank = process_rank() if rank is None else int(rank)
+        self.strict_json = strict_json
+        self.resume_key = resume_key
+        self._console = console
         self.is_writer = False
         self.resume_state = None
         self.warnings = []
@@ -588,6 +898,14 @@ class NullRunLogger(RunLogger):
         self.storage = None  # type: ignore[assignment]  # a null logger has no storage
         self.log_path = os.fspath(log_path) if isinstance(log_path, (str, os.PathLike)) else log_path.url
         self._closed = False
+
+    @property
+    def console(self) -> bool:
+        return self._console
+
+    @console.setter
+    def console(self, value: bool) -> None:
+        self._console = value
 
     def log_metrics(self, step: int, metrics: dict[str, Any]) -> None:
         pass
@@ -610,6 +928,9 @@ class NullRunLogger(RunLogger):
     def flush(self, durable: bool = False) -> None:
         pass
 
+    def timer(self, name: str) -> Any:
+        return contextlib.nullcontext()
+
     def close(self, timeout: float | None = None) -> None:
         self._closed = True
 
@@ -620,7 +941,52 @@ class NullRunLogger(RunLogger):
         return (NullRunLogger, (self.log_path,), {"rank": self.rank})
 
 
-def _worker_logger(log_path: str, strict_json: bool, storage_options: dict[str, Any]) -> RunLogger:
+def _public_signature(init: Any) -> inspect.Signature:
+    """``RunLogger.__init__``'s signature without ``self`` and private keywords: what
+    ``help(RunLogger)`` and IDEs show (``__new__`` takes ``*args, **kwargs`` to pick the class)."""
+    sig = inspect.signature(init)
+    return sig.replace(
+        parameters=[p for n, p in sig.parameters.items() if n != "self" and not n.startswith("_")]
+    )
+
+
+RunLogger.__signature__ = _public_signature(RunLogger.__init__)  # type: ignore[attr-defined]  # read by inspect
+
+
+def _reject_local_options(log_path: Any, storage_options: dict[str, Any]) -> None:
+    """A local path takes no storage options: an unknown keyword is a typo or a misplaced
+    option, never silently ignored.
+
+    Raises:
+        TypeError: naming the unknown keywords and listing the valid ones.
+    """
+    if not storage_options or not isinstance(log_path, (str, os.PathLike)):
+        return
+    url = os.fspath(log_path)
+    if "://" in url and not url.startswith("file://"):
+        return
+    raise TypeError(
+        f"RunLogger({url!r}): unknown keyword argument(s) {sorted(storage_options)}; a local path takes "
+        f"only: {', '.join(list(inspect.signature(RunLogger).parameters)[1:])} (storage options such as token= or endpoint_url= are for gs://, s3://... URLs)"
+    )
+
+
+def _worker_logger(
+    log_path: str | Storage, strict_json: bool, storage_options: dict[str, Any], pid: int | None = None
+) -> RunLogger:
+    """The logger a pickled :class:`RunLogger` becomes (a worker of the same run).
+
+    Raises:
+        RuntimeError: the run is ``memory://`` and this is another process than the one
+            that pickled it (its files would go to this process's memory and be lost).
+    """
+    url = log_path if isinstance(log_path, str) else log_path.url
+    if url.startswith("memory://") and pid is not None and pid != os.getpid():
+        raise RuntimeError(
+            f"a RunLogger for {url} was unpickled in process {os.getpid()}, but memory:// runs live in "
+            f"the memory of the process that opened them ({pid}): what this process wrote would be lost. "
+            "Give workers in other processes a local path shared by them or a bucket URL (gs://, s3://)"
+        )
     return RunLogger(
         log_path, strict_json=strict_json, code_diff=False, rank=0, _worker=True, **storage_options
     )

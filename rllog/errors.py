@@ -5,7 +5,8 @@ the stdlib class a caller would already catch::
 
     RllogError
     ├── StorageError (OSError)        a backend refused or failed an operation
-    │   └── StoragePermanentError     the backend will keep failing (no bucket, no rights)
+    │   ├── StoragePermanentError     the backend will keep failing (no bucket, no rights)
+    │   └── ReadOnlyStorageError      a change through a handle opened for reading (also io.UnsupportedOperation)
     ├── ConfigError (ValueError)      a config could not be written or rebuilt
     └── RunFormatError (ValueError)   a run's files are not in the documented format
 
@@ -15,7 +16,16 @@ the builtin ``TypeError``/``ValueError`` directly, with the key and the value na
 
 from __future__ import annotations
 
-__all__ = ["RllogError", "StorageError", "StoragePermanentError", "ConfigError", "RunFormatError"]
+import io
+
+__all__ = [
+    "RllogError",
+    "StorageError",
+    "StoragePermanentError",
+    "ReadOnlyStorageError",
+    "ConfigError",
+    "RunFormatError",
+]
 
 
 class RllogError(Exception):
@@ -28,6 +38,11 @@ class StorageError(RllogError, OSError):
 
 class StoragePermanentError(StorageError):
     """A storage failure that retrying will not fix (missing bucket, permission denied)."""
+
+
+class ReadOnlyStorageError(StorageError, io.UnsupportedOperation):
+    """A write, append, truncate or remove on a handle opened for reading
+    (``open_storage(url, mode="r")``, what :func:`rllog.read_run` uses); names the call and the URL."""
 
 
 class ConfigError(RllogError, ValueError):

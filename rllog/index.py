@@ -19,7 +19,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from rllog._format.redact import redact_tree
 from rllog._format.vocab import MAIN_METRICS
+from rllog.storage import ReadOnlyStorage, Storage, open_storage
 
 if TYPE_CHECKING:
     import numpy as np
@@ -103,7 +105,7 @@ def render_index(
     keys: Sequence[str] = (),
     base: str = "./",
 ) -> str:
-    """The HTML text of the index page of ``run`` (from :func:`rllog._runsource.open_run`).
+    """The HTML text of the index page of ``run`` (the view :func:`write_index` reads; use that).
 
     ``keys`` are charted in any case, first; ``base`` prefixes the links to the run's
     files (``"./"`` when the page is in the run folder).
@@ -189,9 +191,10 @@ def render_index(
         counts=counts,
         charts=charts,
         table=table,
-        config=_flatten(run.config) if run.config is not None else None,
+        config=_flatten(redact_tree(run.config)) if run.config is not None else None,
         checkpoints=[
-            {c: ("" if rec.get(c) is None else str(rec.get(c))) for c in ckpt_cols} for rec in run.checkpoints
+            {c: ("" if rec.get(c) is None else str(rec.get(c))) for c in ckpt_cols}
+            for rec in (redact_tree(r) for r in run.checkpoints)
         ],
         ckpt_cols=ckpt_cols,
         iterations=sorted(by_iteration.items()),
@@ -232,15 +235,29 @@ def write_index(
     findings = diagnose(run.metrics, thresholds, nonfinite=run.nonfinite, step_key=run.step_key)
     if out is None:
         html = render_index(run, findings, thresholds=thresholds, keys=keys)
-        run.storage.write(
-            run.index_name, html.encode("utf-8", "backslashreplace")
-        )  # lone surrogates as \udXXX
-        run.storage.flush()
+        _write_into_run(
+            run.storage, run.index_name, html.encode("utf-8", "backslashreplace")
+        )  # surrogates as \udXXX
         return f"{run.url.rstrip('/')}/{run.index_name}", findings
     out = os.fspath(out)
     html = render_index(run, findings, thresholds=thresholds, keys=keys, base=_base_href(run.url, out))
     write_bytes(out, html.encode("utf-8", "backslashreplace"))
     return out, findings
+
+
+def _write_into_run(storage: Storage, name: str, data: bytes) -> None:
+    """Write one whole file into the run (atomically: temp file + rename locally, one PUT on a
+    bucket). A run read from a bucket is open read-only, so the page goes through a short-lived
+    writer handle of the same run (no spill journal), closed before returning."""
+    writer = storage
+    if isinstance(storage, ReadOnlyStorage):
+        writer = open_storage(storage.url, spill=False, **storage.storage_options)
+    try:
+        writer.write(name, data)
+        writer.flush(durable=True)
+    finally:
+        if writer is not storage:
+            writer.close()
 
 
 def _base_href(run_url: str, out: str) -> str:

@@ -30,6 +30,11 @@ __all__ = [
     "LOCK_FILE",
     "INDEX_FILE",
     "TORN_SUFFIX",
+    "DOCTOR_FILE",
+    "TRACKERS_FILE",
+    "TIMING_SPANS_FILE",
+    "TENSORBOARD_DIR",
+    "artifact_copy_name",
     "ARTIFACT_KINDS",
     "Artifact",
     "safe_eval_name",
@@ -52,6 +57,14 @@ CHECKPOINTS_FILE = "checkpoints.jsonl"
 LOCK_FILE = ".rllog.lock"
 #: the run's overview page
 INDEX_FILE = "index.html"
+#: the live doctor's findings (``RunLogger(doctor=True)``), one JSON object per finding
+DOCTOR_FILE = "doctor.jsonl"
+#: the trackers' run ids (wandb, trackio, TensorBoard file), so a resume continues the same tracker runs
+TRACKERS_FILE = "trackers.json"
+#: timer spans ``{"name", "start", "end", "step"}`` (``RunLogger(timing_spans=True)``)
+TIMING_SPANS_FILE = "timing_spans.jsonl"
+#: the default folder of TensorBoard event files inside a run
+TENSORBOARD_DIR = "tensorboard"
 #: torn fragments of ``X`` are appended to ``X`` + this suffix, one per line
 TORN_SUFFIX = ".torn"
 
@@ -67,7 +80,7 @@ ARTIFACT_KINDS = {
 }
 
 _ARTIFACT_RE = re.compile(
-    r"^(?:(?P<train>train)|eval_(?P<eval>.+))_iteration_(?P<iteration>\d{6,})"
+    r"^(?:(?P<train>train)|eval_(?P<eval>.+))_iteration_(?P<iteration>\d{6,})(?:-(?P<copy>[2-9]|[1-9]\d+))?"
     r"(?P<kind>\.html|_logtree\.json|_rollout_summaries\.jsonl)$"
 )
 
@@ -112,6 +125,8 @@ def parse_artifact_name(file_name: str) -> tuple[str, str | None, int, str] | No
     """``(split, eval_name, iteration, kind)`` for an artifact file name, else None.
 
     ``split`` is ``"train"`` or ``"eval"``; ``eval_name`` is the safe name in the file.
+    A second writer's copy (:func:`artifact_copy_name`, ``..._iteration_NNNNNN-2.html``)
+    parses as the same iteration and kind.
     """
     m = _ARTIFACT_RE.match(file_name)
     if m is None:
@@ -119,6 +134,23 @@ def parse_artifact_name(file_name: str) -> tuple[str, str | None, int, str] | No
     kind = {v: k for k, v in ARTIFACT_KINDS.items()}[m["kind"]]
     split = "train" if m["train"] else "eval"
     return split, m["eval"], int(m["iteration"]), kind
+
+
+def artifact_copy_name(name: str, copy: int) -> str:
+    """The name of copy ``copy`` (>= 2) of artifact ``name``: a second writer of the same
+    iteration and split (two rollout workers) writes ``train_iteration_000003-2.html``,
+    ``..._000003-2_logtree.json``, ``..._000003-2_rollout_summaries.jsonl`` instead of
+    replacing the first one's file.
+
+    Raises:
+        ValueError: ``name`` is not an artifact name, or ``copy`` < 2.
+    """
+    m = _ARTIFACT_RE.match(name)
+    if m is None or copy < 2:
+        raise ValueError(
+            f"artifact_copy_name: expected an artifact name and a copy >= 2, got {name!r}, {copy!r}"
+        )
+    return f"{name[: m.end('iteration')]}-{copy}{m['kind']}"
 
 
 @dataclass(frozen=True)

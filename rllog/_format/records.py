@@ -19,20 +19,18 @@ import msgspec
 
 from rllog._format.codec import decode_json
 from rllog._format.jsonl import iter_lines
+from rllog._format.redact import REDACTED  # config.json: what a secret-looking value is replaced by
 
 __all__ = [
     "REDACTED",
     "TYPE_KEY",
     "ResumeState",
     "parse_checkpoints",
-    "last_checkpoint",
     "SCHEMA_VERSION",
     "StepSummary",
     "TrajectorySummary",
 ]
 
-#: config.json: what a secret-looking value is replaced by
-REDACTED = "<redacted>"
 #: config.json: the key holding ``"module:qualname"`` of a chz subclass value, so load_config rebuilds it
 TYPE_KEY = "__chz_type__"
 
@@ -96,15 +94,6 @@ def parse_checkpoints(data: bytes, where: str, warnings_out: list[str] | None = 
         elif warnings_out is not None:
             warnings_out.append(f"{where} line {lineno}: not a JSON object, skipped")
     return records
-
-
-def last_checkpoint(records: list[dict[str, Any]], key: str = "batch") -> dict[str, Any] | None:
-    """The last record that has ``key`` with an int value (the one to resume from), or None."""
-    for rec in reversed(records):
-        value = rec.get(key)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return rec
-    return None
 
 
 # ----------------------------------------------------------------------------- rollout summaries

@@ -135,6 +135,10 @@ def read_rollouts(
         RunFormatError: a file holds a line that is not a record.
         FileNotFoundError: ``source`` is a local path that does not exist.
     """
+    if iteration is not None and (isinstance(iteration, bool) or not isinstance(iteration, int)):
+        raise TypeError(
+            f"read_rollouts: iteration must be an int or None, got {type(iteration).__name__}: {iteration!r:.40}"
+        )
     if isinstance(source, (str, os.PathLike)) and os.path.isfile(source):
         with open(source, "rb") as f:
             yield from decode_rollout_summaries(f.read(), os.fspath(source))
@@ -224,4 +228,8 @@ def rollouts_dataframe(
             for k, v in s.logs.items():
                 row[f"logs/{k}"] = v
             rows.append(row)
-    return pd.DataFrame.from_records(rows)
+    try:
+        return pd.DataFrame.from_records(rows)
+    except UnicodeEncodeError:  # pandas 3 with pyarrow keeps strings as UTF-8: no lone surrogates
+        with pd.option_context("future.infer_string", False):
+            return pd.DataFrame.from_records(rows)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import secrets
+import stat
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +31,16 @@ class LocalStorage:
     Nothing is created until the first write or append: opening a mistyped path for
     reading leaves no folder behind.
 
+    The run folder is rllog's alone: every file it writes (appends, atomic writes, their
+    temp files, the folders under the root) is opened without following symlinks
+    (``O_NOFOLLOW``, folder by folder from the root with ``dir_fd``; temp files
+    ``O_CREAT | O_EXCL`` with an unpredictable name), so a symlink (or a hard link, a
+    FIFO) planted in the run folder is refused with :class:`StorageError` and what it
+    points at is never written. The root itself may be a symlink (the user chose it).
+
     Raises ``OSError`` subclasses from the OS as they are (``FileNotFoundError``,
-    ``PermissionError``, ``OSError(ENOSPC)``), with the path in the message.
+    ``OSError(ENOSPC)``), with the path in the message; :class:`StorageError` for a
+    planted link and for a folder rllog may not write (``EACCES``, ``EROFS``).
     """
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
@@ -61,36 +73,121 @@ class LocalStorage:
         """Bytes in the file. Raises FileNotFoundError."""
         return self.path(name).stat().st_size
 
-    def write(self, name: str, data: bytes) -> None:
-        """Replace ``name`` atomically and durably (temp file, fsync, ``os.replace``).
-        Raises OSError (``ENOSPC``...) with the old content kept."""
-        path = self.path(name)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    def _refuse(self, name: str, exc: OSError) -> OSError:
+        """The error for a failed open of ``name``: StorageError for a planted link or a
+        folder that may not be written, ``exc`` itself otherwise."""
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+            return StorageError(
+                f"refusing to write {self.url}/{name}: it (or a folder on its way) is a symlink or not a "
+                "regular file; rllog never writes through a link planted in a run folder. Remove it"
+            )
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            return StorageError(
+                f"cannot write {self.url}/{name}: {exc.strerror} (the run folder is not writable)"
+            )
+        return exc
+
+    def _dir_fd(self, name: str) -> tuple[int, str]:
+        """``(fd of the folder holding name, leaf name)``: the folders under the root are
+        created and opened one by one, never through a symlink. The caller closes ``fd``.
+
+        Raises:
+            StorageError: a folder on the way is a symlink or not a folder, or not writable.
+        """
+        parts = check_name(name).split("/")
         try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        with self._lock:  # a later append must go to the new file, not the replaced one
-            fd = self._fds.pop(name, None)
-        if fd is not None:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as exc:
+            raise self._refuse(name, exc) from exc
+        try:
+            for part in parts[:-1]:
+                try:
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                except FileExistsError:
+                    pass
+                sub = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                os.close(fd)
+                fd = sub
+        except OSError as exc:
             os.close(fd)
+            raise self._refuse(name, exc) from exc
+        return fd, parts[-1]
+
+    def _open_leaf(self, name: str, flags: int) -> int:
+        """Open the file ``name`` for writing with ``flags | O_NOFOLLOW``; refuse what is
+        not a regular file of its own (a FIFO, a hard link to another file)."""
+        dfd, leaf = self._dir_fd(name)
+        try:
+            fd = os.open(leaf, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644, dir_fd=dfd)
+        except OSError as exc:
+            raise self._refuse(name, exc) from exc
+        finally:
+            os.close(dfd)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+            os.close(fd)
+            raise self._refuse(name, OSError(errno.ELOOP, "not a regular file of its own"))
+        return fd
+
+    def write(self, name: str, data: bytes) -> None:
+        """Replace ``name`` atomically and durably (a temp file with an unpredictable name
+        created with ``O_EXCL``, fsync, ``os.replace``). Raises OSError (``ENOSPC``...)
+        with the old content kept; StorageError when ``name`` or a folder on its way is a
+        symlink (nothing is written) or the folder is not writable."""
+        self.write_chunks(name, (data,))
+
+    def write_chunks(self, name: str, chunks: Iterable[bytes]) -> None:
+        """:meth:`write` from an iterable of byte chunks, written as they come (memory
+        bounded by one chunk). Raises as :meth:`write`, or what ``chunks`` raises, with the
+        old content kept."""
+        dfd, leaf = self._dir_fd(name)
+        tmp = f".{leaf}.{secrets.token_hex(8)}.tmp"
+        try:
+            try:
+                fd = os.open(
+                    tmp,
+                    os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                    0o644,
+                    dir_fd=dfd,
+                )
+            except OSError as exc:
+                raise self._refuse(name, exc) from exc
+            try:
+                try:
+                    for data in chunks:
+                        write_all(fd, data)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                try:
+                    if stat.S_ISLNK(os.stat(leaf, dir_fd=dfd, follow_symlinks=False).st_mode):
+                        raise self._refuse(name, OSError(errno.ELOOP, "a symlink"))
+                except FileNotFoundError:
+                    pass
+                os.replace(tmp, leaf, src_dir_fd=dfd, dst_dir_fd=dfd)
+            except BaseException:
+                try:
+                    os.unlink(tmp, dir_fd=dfd)
+                except FileNotFoundError:
+                    pass
+                raise
+        finally:
+            os.close(dfd)
+        with self._lock:  # a later append must go to the new file, not the replaced one
+            old = self._fds.pop(name, None)
+        if old is not None:
+            os.close(old)
 
     def append_fd(self, name: str) -> int:
-        """The kept-open ``O_APPEND`` descriptor of ``name``, opened on first use."""
+        """The kept-open ``O_APPEND`` descriptor of ``name``, opened on first use (never
+        through a symlink: StorageError)."""
         fd = self._fds.get(name)
         if fd is None:
             with self._lock:
                 fd = self._fds.get(name)
                 if fd is None:
-                    path = self.path(name)
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                    fd = self._open_leaf(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
                     self._fds[name] = fd
         return fd
 
@@ -110,7 +207,11 @@ class LocalStorage:
         current = self.size(name)
         if not 0 <= size <= current:
             raise ValueError(f"cannot truncate {self.url}/{name} ({current} bytes) to {size} bytes")
-        os.truncate(self.path(name), size)
+        fd = self._open_leaf(name, os.O_WRONLY)
+        try:
+            os.ftruncate(fd, size)
+        finally:
+            os.close(fd)
 
     def exists(self, name: str) -> bool:
         """True if ``name`` is a file."""
@@ -118,13 +219,13 @@ class LocalStorage:
 
     def list(self, prefix: str = "") -> list[str]:
         """Names of the files under the folder starting with ``prefix``, sorted (``.tmp``
-        files of writes in progress excluded)."""
+        files of writes in progress and rllog's own ``.rllog*`` files excluded)."""
         out: list[str] = []
         for dirpath, _dirnames, filenames in os.walk(self.root):
             rel = os.path.relpath(dirpath, self.root)
             for fn in filenames:
                 name = fn if rel == "." else f"{rel}/{fn}".replace(os.sep, "/")
-                if name.startswith(prefix) and not fn.endswith(".tmp"):
+                if name.startswith(prefix) and not fn.endswith(".tmp") and not fn.startswith(".rllog"):
                     out.append(name)
         return sorted(out)
 

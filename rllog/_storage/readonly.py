@@ -10,23 +10,17 @@ a run as often as they like.
 
 from __future__ import annotations
 
-import io
 from typing import Any, NoReturn
 
 from rllog._storage import objectops
 from rllog._storage.base import check_name
-from rllog.errors import StorageError
+from rllog.errors import ReadOnlyStorageError
 
-__all__ = ["ReadOnlyStorage", "ReadOnlyStorageError"]
+__all__ = ["ReadOnlyStorage"]
 
 #: FsspecStorage keyword arguments a reader accepts and ignores, so the options of a
 #: writer can be passed to a reader as they are.
 _WRITER_OPTIONS = ("flush_interval", "flush_timeout", "close_timeout", "spill")
-
-
-class ReadOnlyStorageError(StorageError, io.UnsupportedOperation):
-    """A write, append, truncate or remove on a read-only handle. Both a
-    :class:`rllog.errors.StorageError` (an ``OSError``) and an ``io.UnsupportedOperation``."""
 
 
 class ReadOnlyStorage:

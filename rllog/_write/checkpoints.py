@@ -22,6 +22,7 @@ from typing import Any
 from rllog._format.codec import encode_json
 from rllog._format.layout import CHECKPOINTS_FILE
 from rllog._format.records import parse_checkpoints
+from rllog._format.redact import redact_tree
 from rllog._write.metrics import MetricsWriter
 from rllog._write.rollouts import RolloutFiles
 from rllog.errors import StorageError
@@ -35,11 +36,13 @@ def checkpoint_record(
 ) -> dict[str, Any]:
     """The record :meth:`rllog.RunLogger.log_checkpoint` appends: ``name``, then the
     known fields that are not None (``batch, epoch, final, state_path, sampler_path``),
-    then the loop's extra keys.
+    then the loop's extra keys; secrets redacted (:func:`rllog._format.redact.redact_tree`).
 
     Raises:
         TypeError: ``name`` is not a non-empty str, or ``batch`` not an int (numpy ints
             are converted).
+        ValueError: ``batch`` or ``epoch`` is negative or >= 2**63 (a resume could not
+            use it).
     """
     if not isinstance(name, str) or not name:
         raise TypeError(f"checkpoint name must be a non-empty str, got {name!r}")
@@ -48,12 +51,19 @@ def checkpoint_record(
         batch = item() if callable(item) else batch
         if isinstance(batch, bool) or not isinstance(batch, int):
             raise TypeError(f"log_checkpoint({name!r}): batch must be an int, got {type(batch).__name__}")
+    for key, value in (("batch", batch), ("epoch", fields.get("epoch"))):
+        if value is not None and not (isinstance(value, int) and 0 <= value < 2**63):
+            raise ValueError(
+                f"log_checkpoint({name!r}): {key} must be an int in [0, 2**63), got {value!r}"
+                if isinstance(value, int) and not isinstance(value, bool)
+                else f"log_checkpoint({name!r}): {key} must be an int, got {type(value).__name__}"
+            )
     record: dict[str, Any] = {"name": name}
     for key, value in {"batch": batch, **fields}.items():
         if value is not None:
             record[key] = value
     record.update(loop_state)
-    return record
+    return redact_tree(record)  # loop state may hold a client's key or a signed URL
 
 
 def read_checkpoints(storage: Storage, warnings_out: list[str] | None = None) -> list[dict[str, Any]]:

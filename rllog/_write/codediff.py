@@ -17,7 +17,11 @@ Format (text; git's bytes for the diff itself)::
 
 When the script is not in a git repository, or git is missing or fails, the first line
 says why (``# rllog code.diff: ... no code state recorded``), followed by the same
-host/command lines. The diff is cut at ``max_bytes``
+host/command lines. Secrets never reach the file (:mod:`rllog._format.redact`): the
+command line's values after secret-looking flags (``--api-key V``, ``--wandb-key=V``)
+and secret-shaped words are ``<redacted>``; a diff line holding a secret is replaced by
+``<redacted by rllog: the line holds a secret>`` and a ``# secrets: N diff line(s)...``
+line says how many; untracked files are listed by name only. The diff is cut at ``max_bytes``
 (default 4 MiB) with a line saying how many bytes were left out.
 """
 
@@ -28,6 +32,8 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from rllog._format.redact import redact_argv, redact_diff_lines
 
 __all__ = ["code_diff", "script_dir"]
 
@@ -115,13 +121,22 @@ def _context(head: bytes) -> bytes:
         rllog_version = "unknown"
     lines = [
         f"# host: {platform.node()}",
-        f"# command: {shlex.join([sys.executable, *sys.argv])}",
+        f"# command: {shlex.join(redact_argv([sys.executable, *sys.argv]))}",
         f"# working directory: {Path.cwd()}",
         f"# python: {platform.python_version()} ({platform.platform()}), rllog {rllog_version}",
         f"# started: {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}",
     ]
     first, _, rest = head.partition(b"\n")
     return first + b"\n" + "\n".join(lines).encode("utf-8", "surrogateescape") + b"\n" + rest
+
+
+def _redact_body(body: bytes) -> tuple[bytes, int]:
+    """The diff with every line holding a secret replaced (:func:`redact_diff_lines`),
+    and how many were."""
+    if not body:
+        return body, 0
+    lines, count = redact_diff_lines(body.split(b"\n"))
+    return (b"\n".join(lines), count) if count else (body, 0)
 
 
 def code_diff(start: Path | None = None, max_bytes: int = 4 << 20) -> bytes:
@@ -173,9 +188,15 @@ def code_diff(start: Path | None = None, max_bytes: int = 4 << 20) -> bytes:
         lines.append(f"#   ... and {len(untracked) - _MAX_UNTRACKED} more")
     if not total:
         lines.append("# no uncommitted changes to tracked files")
+    body, redacted = _redact_body(body)
+    if redacted:
+        lines.append(
+            f"# secrets: {redacted} diff line(s) held a secret-shaped value and were replaced by "
+            "'<redacted by rllog: ...>' (the diff no longer applies there)"
+        )
     head = _context(("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
     room = max(0, max_bytes - len(head))
-    if total > room:
+    if max(total, len(body)) > room:
         cut = body.rfind(b"\n", 0, room) + 1  # whole lines only
         body = body[:cut] + f"# rllog: diff cut at {max_bytes} bytes; {total - cut} bytes left out\n".encode()
     return head + body

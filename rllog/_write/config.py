@@ -12,12 +12,11 @@ Nothing raises on an odd value: one that fails to convert becomes a
 ``"<unrepresentable T: Error>"`` note, arrays over 1,000 elements a
 ``"<ndarray shape (..) dtype ..>"`` description, plain objects their attributes.
 
-Secrets are redacted, as ``"<redacted>"``: string values under secret-looking names
-(``api_key``, ``token``, ``secret``, ``password``, ``access_key``, ``private_key``,
-``credentials``, ``authorization``, ``cookie``, ``wandb_key``, ``openai_key`` … and their
-plural forms, in any case, as a whole name or after ``_``/``-``/``.``; ``max_tokens`` and
-``stop_tokens`` are not secret), pydantic ``SecretStr``, and secret-looking text anywhere
-(``Bearer …``, ``token=…``, ``sk-…``, ``hf_…``, ``ghp_…``, ``AKIA…`` keys).
+Secrets are redacted, as ``"<redacted>"``, by :mod:`rllog._format.redact` (the one
+redaction layer of every writer): values under secret-looking names (``api_key``,
+``openaiApiKey``, ``password``, ``wandb.key``...; not ``max_tokens``), pydantic
+``SecretStr``, and credential-shaped text anywhere (PEM keys, JWTs, URL passwords,
+connection strings, webhook URLs, provider key prefixes, detect-secrets' detectors).
 
 Example config.json::
 
@@ -34,43 +33,28 @@ from __future__ import annotations
 import dataclasses
 import enum
 import os
-import re
 import reprlib
 import threading
 import types
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from rllog._format.records import REDACTED
 from rllog._format.records import TYPE_KEY as _TYPE_KEY
+from rllog._format.redact import REDACTED, is_secret_key, redact_text, redact_tree
 from rllog.errors import ConfigError
 
 __all__ = ["config_to_dict", "REDACTED"]
 
-_SECRET = re.compile(
-    r"(?:^|[_\-.])(?:api_?keys?|apikeys?|token|secrets?|secret_?key|passwords?|passwd|"
-    r"pass_?phrase|access_?keys?|private_?keys?|credentials?|auth|auth_?token|bearer|authorization|cookies?|"
-    r"(?:wandb|openai|anthropic|hf|huggingface|aws|gcp|azure|client|signing|encryption|session|license)_?keys?)$"
-    r"|^(?:token|secret|password|apikey|api_key|authorization|cookie)$",
-    re.IGNORECASE,
-)
 _MAX_DEPTH = 32
 
 T = TypeVar("T")
 
 
-_SECRET_TEXT = re.compile(
-    r"((?:bearer|basic|token)\s+|(?:api_?key|token|secret|password|passwd|authorization)['\"]?\s*[=:]\s*['\"]?)"
-    r"[^\s'\",)}]+"
-    r"|\b(?:sk-[A-Za-z0-9_\-]{12,}|hf_[A-Za-z0-9]{12,}|gh[pousr]_[A-Za-z0-9]{20,}|AKIA[0-9A-Z]{16}|"
-    r"xox[abprs]-[A-Za-z0-9\-]{10,}|AIza[0-9A-Za-z_\-]{30,})",
-    re.IGNORECASE,
-)
 _MAX_ITEMS = 1000
 
 
 def _is_secret(key: str) -> bool:
-    return bool(_SECRET.search(key))
+    return is_secret_key(key)
 
 
 def _qualname(obj: Any) -> str:
@@ -88,7 +72,7 @@ def config_to_dict(config: Any) -> dict[str, Any]:
     """
     with _PATH_LOCK:
         _ON_PATH.clear()
-        out = _convert(config, None, 0)
+        out = redact_tree(_convert(config, None, 0))  # key-in-section and whole-value rules
     if not isinstance(out, dict):
         raise ConfigError(
             f"config must be a chz object, dataclass, pydantic model, argparse.Namespace or mapping, "
@@ -150,13 +134,9 @@ def _convert(value: Any, key: str | None, depth: int) -> Any:
             _ON_PATH.discard(id(value))
 
 
-_URL_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.\-]*://[^:/@\s]+:)[^@\s/]+(@)", re.IGNORECASE)
-
-
 def _scrub(text: str) -> str:
-    """Redact secret-looking tokens inside free text (a repr, a header value, a URL's password)."""
-    text = _URL_PASSWORD.sub(lambda m: m.group(1) + REDACTED + m.group(2), text)
-    return _SECRET_TEXT.sub(lambda m: (m.group(1) or "") + REDACTED, text)
+    """Redact secret-looking spans inside free text (a repr, a header value, a URL's password)."""
+    return redact_text(text)
 
 
 def _convert_value(value: Any, key: str | None, depth: int) -> Any:

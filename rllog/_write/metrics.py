@@ -48,12 +48,15 @@ class MetricsWriter:
         "console",
         "closed",
         "pending",
+        "tap",
         "_offset",
         "_fd",
         "_lock",
         "_encoder",
         "_warn",
         "_pid",
+        "_last_step",
+        "_last_row",
     )
 
     def __init__(
@@ -63,7 +66,11 @@ class MetricsWriter:
         self.console = console
         self.closed = False
         self.pending: list[bytes] = []
+        #: called with each encoded row (bytes, in logging order) after it is written: the sinks' queue
+        self.tap: Callable[[bytes], None] | None = None
         self._offset = 0  # bytes of pending[0] already written (a short write)
+        self._last_step: int | None = None  # the step of the last row, and its values (same-step check)
+        self._last_row: dict[str, Any] = {}
         self._fd = storage.append_fd(METRICS_FILE) if isinstance(storage, LocalStorage) else None
         self._lock = threading.Lock()
         self._pid = os.getpid()
@@ -82,6 +89,10 @@ class MetricsWriter:
         self._check_fork()
         with self._lock:
             row = self._encoder.encode_row(step, metrics)
+            if step == self._last_step:
+                self._same_step(step, self._encoder.last)
+            else:
+                self._last_step, self._last_row = step, self._encoder.last
             if self.pending:
                 self.pending.append(bytes(row))
                 self._drain()
@@ -99,6 +110,8 @@ class MetricsWriter:
                     self.pending.append(bytes(row))
                     self._offset = 0
                     self._failed(exc)
+            if self.tap is not None:
+                self.tap(bytes(row))
         if self.console:
             _print_row(step, metrics)
 
@@ -107,6 +120,22 @@ class MetricsWriter:
         if self._pid != os.getpid():
             self._pid = os.getpid()
             self._lock = threading.Lock()
+
+    def _same_step(self, step: int, row: dict[str, Any]) -> None:
+        """A second row for the step just logged: fine when its keys are new (an eval row,
+        a summary row), but a key with another value makes readers take the later row as a
+        restart and set the earlier one aside (docs/FORMATS.md, the repeated-step rule)."""
+        last = self._last_row
+        for k, v in row.items():
+            if k in last and last[k] != v and not (v != v and last[k] != last[k]):
+                self._warn(
+                    "same-step",
+                    f"step {step} was logged twice with different values for {k!r} ({last[k]!r}, then "
+                    f"{v!r}): readers take the later row as a restart of the run and set the earlier row "
+                    "aside. Log one row per step (merge the dicts) or give each row its own step.",
+                )
+                return
+        self._last_row = {**last, **row}
 
     def drain(self) -> bool:
         """Write the held-back rows, in order; True when none is left."""

@@ -13,40 +13,90 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from rllog._format.codec import decode_json
-from rllog._format.jsonl import iter_lines, row_step
+from rllog._format.jsonl import row_step
 from rllog._format.layout import LOCK_FILE, METRICS_FILE, SUPERSEDED_FILE, TORN_SUFFIX
+from rllog.errors import StorageError
 from rllog.storage import LocalStorage, Storage
 
-__all__ = ["lock_run", "repair_torn_tail", "supersede", "resume_position", "timestamped"]
+__all__ = ["lock_run", "unlock_run", "repair_torn_tail", "supersede", "resume_position", "timestamped"]
 
 
 def lock_run(storage: Storage) -> tuple[int | None, str | None]:
     """Take the run's lock: ``(fd, None)`` when taken (``fd`` is None where there is no
     lock: object stores), ``(None, holder pid as text)`` when a live process holds it.
 
-    Closing ``fd`` releases the lock. Object stores have no such lock; see
+    Release it with :func:`unlock_run` (which also removes ``.rllog.lock``, so a finished
+    run holds no lock file). The file is opened without following symlinks; a lock file
+    removed by its holder between our open and our flock is detected (inode check) and
+    the lock taken again on the new file. Object stores have no such lock; see
     :mod:`rllog.storage` for their writers.
+
+    Raises:
+        StorageError: ``.rllog.lock`` is a symlink or not a regular file (a planted link
+            is never written through), or the run folder is not writable.
     """
     if not isinstance(storage, LocalStorage):
         return None, None
+    import errno
     import fcntl
+    import stat
 
     path = storage.root / LOCK_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
-        os.close(fd)
-        return None, holder
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd, None
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except PermissionError as exc:
+        raise StorageError(
+            f"cannot write {storage.url}: {exc.strerror} (the run folder is not writable)"
+        ) from exc
+    for _ in range(100):
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise StorageError(
+                    f"refusing to lock {path}: it is a symlink; rllog never writes through a link planted in a "
+                    "run folder. Remove it"
+                ) from exc
+            if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise StorageError(
+                    f"cannot write {storage.url}: {exc.strerror} (the run folder is not writable)"
+                ) from exc
+            raise
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+            os.close(fd)
+            raise StorageError(f"refusing to lock {path}: not a regular file of its own (a planted link?)")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
+            os.close(fd)
+            return None, holder
+        try:
+            same = os.stat(path, follow_symlinks=False).st_ino == st.st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            return fd, None
+        os.close(fd)  # its holder removed the file between our open and our flock: take the new one
+    raise StorageError(f"could not take the lock {path}: it keeps being replaced")
+
+
+def unlock_run(storage: Storage, fd: int) -> None:
+    """Release the lock :func:`lock_run` took and remove ``.rllog.lock`` (removed while
+    still held, so no other process can hold the removed file and think it owns the run)."""
+    if isinstance(storage, LocalStorage):
+        try:
+            os.unlink(storage.root / LOCK_FILE)
+        except OSError:
+            pass  # gone already, or a read-only folder: the flock still ends with the close
+    os.close(fd)
 
 
 def repair_torn_tail(storage: Storage, name: str) -> str | None:
@@ -102,32 +152,111 @@ def repair_torn_tail(storage: Storage, name: str) -> str | None:
     )
 
 
+#: bytes read per ranged read while resuming; also the most moved rows held before appending them
+_CHUNK = 8 << 20
+
+
+def _iter_file_lines(storage: Storage, name: str, size: int) -> Iterator[tuple[int, int, bytes]]:
+    """``(line number, byte offset, line with its newline)`` for each line of the first
+    ``size`` bytes of ``name``, read in ranged reads of :data:`_CHUNK` bytes (memory
+    bounded by the chunk plus the longest line). A last line without newline comes as is."""
+    offset, lineno, rest = 0, 0, b""
+    while offset < size:
+        block = rest + storage.read_range(name, offset, min(size, offset + _CHUNK))
+        start = offset - len(rest)
+        offset = min(size, offset + _CHUNK)
+        cut = block.rfind(b"\n") + 1 if offset < size else len(block)
+        pos = 0
+        while pos < cut:
+            nl = block.find(b"\n", pos, cut)
+            stop = cut if nl < 0 else nl + 1
+            lineno += 1
+            yield lineno, start + pos, block[pos:stop]
+            pos = stop
+        rest = block[cut:]
+
+
 def supersede(storage: Storage, point: int, note: Callable[..., None]) -> None:
     """Move metric rows whose position (:func:`resume_position`) is >= ``point`` to
-    metrics.superseded.jsonl: appended there and made durable first, then metrics.jsonl
-    is rewritten (atomically) without them. ``note(message, problem=...)`` is told."""
+    metrics.superseded.jsonl: appended there and made durable first, then cut from
+    metrics.jsonl. ``note(message, problem=...)`` is told.
+
+    The file is streamed in ranged reads (:data:`_CHUNK` bytes), so memory does not grow
+    with it. When the moved rows are the file's tail (the usual case: steps grow) the
+    file is truncated at the first of them (in place locally; on an object store the
+    storage stages the kept prefix as one atomic write). When rows to keep come after
+    rows to move, a local file is rewritten through a temp file and ``os.replace``
+    (atomic, streamed); on an object store the kept rows are assembled in memory and
+    written in one PUT.
+    """
     try:
-        data = storage.read(METRICS_FILE)
+        size = storage.size(METRICS_FILE)
     except FileNotFoundError:
         return
-    keep: list[bytes] = []
-    moved: list[bytes] = []
-    for lineno, line in iter_lines(data):
+    first_moved: int | None = None  # byte offset of the first row to move
+    kept_after = 0  # rows to keep that come after first_moved
+    n_moved = n_kept = 0
+    batch: list[bytes] = []
+    batch_bytes = 0
+    for lineno, offset, raw in _iter_file_lines(storage, METRICS_FILE, size):
+        line = raw.rstrip(b"\r\n")
+        if not line.strip():
+            continue
         try:
             step = resume_position(line)
         except ValueError:
             note(f"{storage.url}/{METRICS_FILE} line {lineno}: not JSON; kept in place")
             step = None
-        (moved if isinstance(step, (int, float)) and step >= point else keep).append(line + b"\n")
-    if not moved:
+        if isinstance(step, (int, float)) and step >= point:
+            n_moved += 1
+            if first_moved is None:
+                first_moved = offset
+            batch.append(line + b"\n")
+            batch_bytes += len(line) + 1
+            if batch_bytes >= _CHUNK:
+                storage.append(SUPERSEDED_FILE, b"".join(batch))
+                batch, batch_bytes = [], 0
+        else:
+            n_kept += 1
+            kept_after += first_moved is not None
+    if first_moved is None:
         return
-    storage.append(SUPERSEDED_FILE, b"".join(moved))
-    storage.flush(durable=True)
-    storage.write(METRICS_FILE, b"".join(keep))
+    if batch:
+        storage.append(SUPERSEDED_FILE, b"".join(batch))
+    storage.flush(durable=True)  # moved rows are safe before any is cut
+    if not kept_after:
+        storage.truncate(METRICS_FILE, first_moved)
+    elif isinstance(storage, LocalStorage):
+        _rewrite_local(storage, size, point)
+    else:
+        keep = [raw for _, _, raw in _iter_file_lines(storage, METRICS_FILE, size) if not _moves(raw, point)]
+        storage.write(METRICS_FILE, b"".join(keep))
     note(
-        f"resuming at step {point}: moved {len(moved)} metric rows with step >= {point} "
-        f"to {SUPERSEDED_FILE} ({len(keep)} rows kept)",
+        f"resuming at step {point}: moved {n_moved} metric rows with step >= {point} "
+        f"to {SUPERSEDED_FILE} ({n_kept} rows kept)",
         problem=False,
+    )
+
+
+def _moves(raw: bytes, point: int) -> bool:
+    """True when the line ``raw`` is a row :func:`supersede` moves (blank lines are dropped)."""
+    line = raw.rstrip(b"\r\n")
+    if not line.strip():
+        return True
+    try:
+        step = resume_position(line)
+    except ValueError:
+        return False
+    return isinstance(step, (int, float)) and step >= point
+
+
+def _rewrite_local(storage: LocalStorage, size: int, point: int) -> None:
+    """Rewrite the first ``size`` bytes of the local metrics.jsonl without the rows
+    :func:`supersede` moves, streamed through :meth:`LocalStorage.write_chunks`."""
+    lines = _iter_file_lines(storage, METRICS_FILE, size)
+    storage.write_chunks(
+        METRICS_FILE,
+        (raw if raw.endswith(b"\n") else raw + b"\n" for _, _, raw in lines if not _moves(raw, point)),
     )
 
 

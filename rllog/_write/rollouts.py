@@ -65,10 +65,12 @@ def _split_for(split: str | None, eval_name: str | None) -> str:
         return "train" if eval_name is None else f"eval/{eval_name}"
     if not isinstance(split, str) or not split:
         raise TypeError(f"split must be a non-empty str, got {split!r:.60}")
-    if eval_name is None and split != "train":
+    want = "train" if eval_name is None else f"eval/{eval_name}"
+    if split != want:
         raise ValueError(
-            f"split {split!r} without eval_name: training rollouts have split 'train'; for an "
-            "evaluator pass eval_name=<name> (the split then defaults to 'eval/<name>')"
+            f"split {split!r} with eval_name={eval_name!r}: a record's split is 'train' for training "
+            f"rollouts and 'eval/<eval_name>' for an evaluator (here {want!r}), the same value "
+            "read_rollouts(split=...) selects; leave split out to get it"
         )
     return split
 

@@ -17,7 +17,7 @@ PUBLIC = {
     "RunLogger", "ResumeState", "logtree", "build_rollout_summaries", "summarize_rollouts",
     "TrajectorySummary", "StepSummary", "read_run", "Run", "read_rollouts", "rollouts_dataframe",
     "load_config", "Storage", "open_storage", "RllogError", "StorageError", "StoragePermanentError",
-    "ConfigError", "RunFormatError", "__version__",
+    "ConfigError", "RunFormatError", "ReadOnlyStorageError", "__version__",
 }  # fmt: skip
 
 

@@ -276,3 +276,30 @@ def test_real_runs(tmp_path):
     # healthy real runs stay quiet (no noise from single-step excursions)
     for quiet in ("logs_v2p7", "gptoss-20b-v2", "qwen3-30b-instruct", "checkpoint-400"):
         assert [f for f in by(quiet) if f.severity != "info"] == [], quiet
+
+
+def test_ppo_val_ratio_var_nan_is_no_finding_but_inf_is(tmp_path):
+    """TRL's PPO logs val/ratio_var = NaN with one minibatch (rllog.stats.ppo_stats gives the same)."""
+    from rllog import RunLogger, stats
+    from rllog.doctor import check_run
+
+    with RunLogger(tmp_path / "ppo", code_diff=False, index=False) as lg:
+        for step in range(6):
+            row = stats.ppo_stats(
+                kl=[[0.01, 0.02]],
+                logprobs=[[-1.0, -2.0]],
+                non_score_reward=[[0.0, 0.0]],
+                scores=[1.0],
+                approxkl=[0.001],
+                clipfrac=[0.05],
+                ratio=[1.0],
+            )
+            assert math.isnan(row["val/ratio_var"])
+            if step == 5:
+                row["loss/value_avg"] = float("nan")
+            lg.log_metrics(step, row)
+    findings = check_run(tmp_path / "ppo")
+    assert [f.metric for f in findings if f.check == "nonfinite"] == ["loss/value_avg"]
+    with RunLogger(tmp_path / "ppo", code_diff=False, index=False) as lg:
+        lg.log_metrics(6, {"val/ratio_var": float("inf")})
+    assert "val/ratio_var" in [f.metric for f in check_run(tmp_path / "ppo") if f.check == "nonfinite"]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import rllog
 from rllog import RunLogger, load_config
 
 REALDATA = Path(__file__).resolve().parents[2].parent / "shared" / "realdata"
@@ -50,12 +51,18 @@ def test_resume_on_real_run(tmp_path: Path, case: tuple) -> None:
     lines = metrics.read_bytes().splitlines(keepends=True)
     records = [json.loads(line) for line in ckpt.read_text().splitlines()] if ckpt else []
     with_batch = [r for r in records if isinstance(r.get("batch"), int)]
+    if any(r.get("state_path") for r in records):  # tinker's rule: the last record with state_path
+        with_batch = [r for r in with_batch if r.get("state_path")]
     point = with_batch[-1]["batch"] if with_batch else 0
+    if with_batch and with_batch[-1].get("epoch"):  # batch counts within the epoch: tinker's arithmetic
+        rows = [json.loads(line) for line in metrics.read_bytes().splitlines()]
+        per_epoch = min(r["step"] for r in rows if r.get("epoch") == 1)
+        point = with_batch[-1]["epoch"] * per_epoch + with_batch[-1]["batch"]
 
     with RunLogger(tmp_path, resume=True, code_diff=False) as logger:
         if with_batch:
             assert logger.resume_state.record == with_batch[-1]
-            assert logger.resume_state.batch == point
+            assert logger.resume_state.batch == with_batch[-1]["batch"]
         else:
             assert logger.resume_state is None
         kept_steps = [
@@ -93,15 +100,35 @@ def test_restarts_appended_in_one_file_resume_from_the_last_record(tmp_path: Pat
 
 
 def test_sft_epoch_checkpoints_resume_by_epoch(tmp_path: Path) -> None:
-    """bzz exp1: batch is the index within the epoch (10, 9, 0): the last record wins."""
+    """bzz exp1: batch is the index within the epoch (10, 9, 0): the last record wins, and
+    it stands at epoch 4 * 11 batches + 0 = 44, past every row: all 30 rows stand (the
+    earlier rule compared batch 0 with the steps and moved 30 of 30)."""
     src = REALDATA / "tinker/bzz__tinker-cookbook/data/context_distillation/logs/exp1_off_policy"
-    shutil.copyfile(src / "checkpoints.jsonl", tmp_path / "checkpoints.jsonl")
+    for name in ("checkpoints.jsonl", "metrics.jsonl"):
+        shutil.copyfile(src / name, tmp_path / name)
     with RunLogger(tmp_path, resume=True, code_diff=False) as logger:
         assert (logger.resume_state.name, logger.resume_state.batch, logger.resume_state.epoch) == (
             "final",
             0,
             4,
         )
+    assert (tmp_path / "metrics.jsonl").read_bytes() == (src / "metrics.jsonl").read_bytes()
+    assert not (tmp_path / "metrics.superseded.jsonl").exists()
+    assert len(rllog.read_run(tmp_path).metrics) == 30
+
+
+def test_epoch_record_without_batches_per_epoch_moves_nothing_and_warns(tmp_path: Path) -> None:
+    src = REALDATA / "tinker/bzz__tinker-cookbook/data/context_distillation/logs/exp1_off_policy"
+    shutil.copyfile(src / "checkpoints.jsonl", tmp_path / "checkpoints.jsonl")
+    rows = [json.loads(line) for line in (src / "metrics.jsonl").read_text().splitlines()]
+    (tmp_path / "metrics.jsonl").write_text(
+        "".join(json.dumps({k: v for k, v in r.items() if k != "epoch"}) + "\n" for r in rows)
+    )
+    before = (tmp_path / "metrics.jsonl").read_bytes()
+    with pytest.warns(RuntimeWarning, match="cannot tell where checkpoint 'final'"):
+        with RunLogger(tmp_path, resume=True, code_diff=False, index=False):
+            pass
+    assert (tmp_path / "metrics.jsonl").read_bytes() == before
 
 
 def test_torn_copy_of_a_real_file_is_repaired(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import pickle
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import chz
@@ -21,6 +22,7 @@ import rllog
 from rllog import RunLogger, load_config
 from rllog._format.records import REDACTED
 from rllog._write.config import config_to_dict
+from rllog.storage import LocalStorage
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -400,9 +402,14 @@ def test_checkpoint_records_and_loop_state_round_trip(tmp_path: Path) -> None:
         "lr": 1e-4,
         "data_order": [3, 1, 2],
         "extra": {"k": "v"},
+        "last_logged_step": 2,  # with an epoch, where a resume from it starts
     }
     assert records[2] == {"name": "final", "batch": 7, "final": True}
     with RunLogger(tmp_path, resume=True, code_diff=False) as logger:
+        state = logger.resume_state
+    # tinker-cookbook's rule: the last record with state_path ("final" has none here)
+    assert state.name == "000006" and state.batch == 6 and state.loop_state["last_logged_step"] == 5
+    with RunLogger(tmp_path, resume=True, resume_require=None, code_diff=False) as logger:
         state = logger.resume_state
     assert state.name == "final" and state.batch == 7 and state.final is True and state.loop_state == {}
     with pytest.raises(TypeError, match="'bad'"):
@@ -682,3 +689,76 @@ def test_open_storage_rejects_escaping_names(tmp_path: Path) -> None:
     for bad in ["../x", "/etc/passwd", "a/../../b", "a\\b", "a\x00b", "", "a//b"]:
         with pytest.raises(ValueError):
             storage.write(bad, b"x")
+
+
+def test_every_writing_call_after_close_raises_the_same_error(tmp_path):
+    logger = RunLogger(tmp_path, code_diff=False, index=False)
+    logger.close()
+    calls = {
+        "log_metrics": lambda: logger.log_metrics(1, {"x": 1.0}),
+        "log_config": lambda: logger.log_config({"a": 1}),
+        "log_checkpoint": lambda: logger.log_checkpoint("000001", batch=1),
+        "log_rollouts": lambda: logger.log_rollouts(1, [[{"steps": [{"reward": 1.0}]}]]),
+        "iteration": lambda: logger.iteration(1),
+        "evaluation": lambda: logger.evaluation("test", 1),
+    }
+    for name, call in calls.items():
+        with pytest.raises(RuntimeError, match="on a closed RunLogger"):
+            call()
+            pytest.fail(f"{name} after close did not raise")
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == ["metrics.jsonl"]
+    assert (tmp_path / "metrics.jsonl").read_bytes() == b""
+
+
+def test_log_rollouts_with_swapped_arguments_says_so_and_spends_no_rewrite_warning(tmp_path):
+    groups = [[{"steps": [{"reward": 1.0}]}]]
+    with RunLogger(tmp_path, code_diff=False, index=False) as logger:
+        with pytest.raises(TypeError, match="iteration comes first"):
+            logger.log_rollouts(groups, 3)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            logger.log_rollouts(3, groups)  # the first real write of iteration 3: no rewrite warning
+        with pytest.warns(RuntimeWarning, match="already written"):
+            logger.log_rollouts(3, groups)
+
+
+def test_a_split_that_contradicts_eval_name_is_refused_when_writing(tmp_path):
+    groups = [[{"steps": [{"reward": 1.0}]}]]
+    with RunLogger(tmp_path, code_diff=False, index=False) as logger:
+        for split, eval_name in (("train", "test"), ("eval/other", "test"), ("eval/test", None)):
+            with pytest.raises(ValueError, match="split"):
+                logger.log_rollouts(1, groups, split=split, eval_name=eval_name)
+        logger.log_rollouts(1, groups, split="eval/test", eval_name="test")
+    assert [p.name for p in tmp_path.glob("*rollout_summaries*")] == [
+        "eval_test_iteration_000001_rollout_summaries.jsonl"
+    ]
+
+
+def test_a_logger_on_a_storage_object_pickles_that_storage(tmp_path):
+    import pickle
+
+    from rllog.testing import FaultyStorage
+
+    storage = FaultyStorage(LocalStorage(tmp_path), fail_on={"append"}, times=0)
+    with RunLogger(storage, code_diff=False, index=False) as logger:
+        worker = pickle.loads(pickle.dumps(logger))
+        assert type(worker.storage) is FaultyStorage
+        worker.log_rollouts(2, [[{"steps": [{"reward": 1.0}]}]])
+        worker.close()
+    assert (tmp_path / "train_iteration_000002_rollout_summaries.jsonl").exists()
+
+
+def test_a_step_logged_twice_with_a_clashing_value_warns_once(tmp_path):
+    with RunLogger(tmp_path, code_diff=False, index=False) as logger:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            logger.log_metrics(0, {"reward": 1.0, "kl": 0.1})
+            logger.log_metrics(0, {"test/reward": 0.5})  # new keys for the step: fine
+        with pytest.warns(RuntimeWarning, match="step 0 was logged twice"):
+            logger.log_metrics(0, {"kl": float("nan"), "x": 1})  # NaN over 0.1 clashes
+        logger.log_metrics(0, {"kl": 0.2})  # warned once per logger
+    assert sum("logged twice" in w for w in logger.warnings) == 1
+    with RunLogger(tmp_path / "b", code_diff=False, index=False) as logger:
+        logger.log_metrics(1, {"reward": 1.0})
+        logger.log_metrics(1, {"reward": 2.0})
+    assert any("step 1 was logged twice with different values for 'reward'" in w for w in logger.warnings)

@@ -1,0 +1,162 @@
+"""The TensorBoard sink: event files written with the ``tensorboard`` package's own
+protobuf classes (``Event``, ``Summary``, ``SessionLog``) and its TFRecord framing
+(``tensorboard.summary.writer.record_writer.RecordWriter``: length, masked CRC32C of the
+length, data, masked CRC32C of the data), appended through the run's Storage. No torch,
+no TensorFlow; on ``gs://``/``s3://`` the bytes go up with the storage's O(new bytes)
+appends.
+
+A file is ``<logging_dir>/events.out.tfevents.<unix time>.<host>.<pid>.rllog``; each
+writer (each resume) starts a new one. Scalars are ``simple_value`` (float32, as
+``SummaryWriter.add_scalar`` writes them; NaN/±Inf kept); strings are skipped. On a
+resume the new file starts with ``SessionLog(START)`` at the resume step, which
+TensorBoard's reader (``EventAccumulator``, ``purge_orphaned_data=True``, the default)
+takes as "the events at or past this step were orphaned by a restart": the series reads
+back with no step twice and no zig-zag.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from rllog._format.codec import encode_json
+from rllog._format.layout import TENSORBOARD_DIR
+from rllog.sinks._common import numeric, require
+from rllog.storage import Storage, open_storage
+
+__all__ = ["TensorBoard"]
+
+
+@dataclass
+class TensorBoard:
+    """Write TensorBoard event files.
+
+    Args:
+        logging_dir: a folder inside the run (default ``"tensorboard"``), or an absolute
+            path or URL of its own (then opened with :func:`rllog.open_storage`).
+        flush_every: rows buffered before one storage append (the buffer is also written
+            when the queue is idle and at close).
+    """
+
+    logging_dir: str = TENSORBOARD_DIR
+    flush_every: int = 20
+    name: str = "tensorboard"
+    _storage: Storage | None = field(default=None, init=False, repr=False)
+    _own_storage: bool = field(default=False, init=False, repr=False)
+    _file: str = field(default="", init=False, repr=False)
+    _buf: io.BytesIO = field(default_factory=io.BytesIO, init=False, repr=False)
+    _pending: int = field(default=0, init=False, repr=False)
+    _pb: Any = field(default=None, init=False, repr=False)
+
+    def check_installed(self) -> None:
+        require("tensorboard", "tensorboard")
+
+    def open(self, run: Any) -> dict[str, Any]:
+        from tensorboard.compat.proto import event_pb2, summary_pb2
+        from tensorboard.summary.writer.record_writer import RecordWriter
+
+        self._pb = (event_pb2, summary_pb2)
+        self._writer = RecordWriter(self._buf)
+        logdir = self.logging_dir.rstrip("/")
+        if "://" in logdir or os.path.isabs(logdir):
+            self._storage, self._own_storage, prefix = open_storage(logdir), True, ""
+        else:
+            self._storage, prefix = run.storage, logdir + "/"
+        self._file = (
+            f"{prefix}events.out.tfevents.{time.time():.6f}.{socket.gethostname()}.{os.getpid()}.rllog"
+        )
+        self._event(file_version="brain.Event:2")
+        if run.resume:
+            start = event_pb2.SessionLog(status=event_pb2.SessionLog.START)
+            self._event(step=run.resume_step or 0, session_log=start)
+        self._write()
+        return {"file": self._file}
+
+    def _event(self, **fields: Any) -> None:
+        event_pb2 = self._pb[0]
+        self._writer.write(event_pb2.Event(wall_time=time.time(), **fields).SerializeToString())
+        self._pending += 1
+
+    def _text(self, step: int, tag: str, text: str) -> None:
+        from tensorboard.plugins.text.summary import text_pb
+
+        self._event(step=step, summary=text_pb(tag, text))
+
+    def _write(self) -> None:
+        data = self._buf.getvalue()
+        if data:
+            assert self._storage is not None
+            self._storage.append(self._file, data)  # a failure keeps the bytes for the retry
+            self._buf.seek(0)
+            self._buf.truncate()
+        self._pending = 0
+
+    # Each method writes what earlier calls buffered before adding its own events, so a
+    # call the dispatcher retries after a failed append adds its events once.
+
+    def log_metrics(self, step: int, row: dict[str, Any]) -> None:
+        if self._pending >= self.flush_every:
+            self._write()
+        summary_pb2 = self._pb[1]
+        values = [
+            summary_pb2.Summary.Value(tag=k, simple_value=f)
+            for k, v in row.items()
+            if (f := numeric(v)) is not None
+        ]
+        if values:
+            self._event(step=step, summary=summary_pb2.Summary(value=values))
+
+    def log_config(self, config: dict[str, Any]) -> None:
+        from tensorboard.plugins.hparams.summary_v2 import hparams_pb
+
+        self._write()
+        text = encode_json(config, indent=2).decode()
+        self._text(0, "config", f"```\n{text}\n```")
+        flat = {k: v for k, v in _flatten(config).items() if isinstance(v, (bool, int, float, str))}
+        if flat:
+            self._event(step=0, summary=hparams_pb(flat))
+
+    def log_checkpoint(self, record: dict[str, Any]) -> None:
+        self._write()
+        self._text(int(record.get("batch") or 0), "checkpoints", f"`{encode_json(record).decode()}`")
+
+    def log_report(self, report: dict[str, Any]) -> None:
+        self._write()
+        self._text(
+            int(report["iteration"]), f"reports/{report['split']}", f"[{report['html']}]({report['url']})"
+        )
+
+    def log_rollouts(self, rollouts: dict[str, Any]) -> None:
+        pass  # the report link carries them; TensorBoard has no table of trajectories
+
+    def log_finding(self, finding: dict[str, Any]) -> None:
+        self._write()
+        self._text(
+            int(finding["fired_at"]),
+            f"doctor/{finding['check']}",
+            f"**{finding['severity']}**: {finding['message']}. {finding['advice']}",
+        )
+
+    def idle(self) -> None:
+        """The queue is empty: write what is buffered."""
+        if self._pending:
+            self._write()
+
+    def close(self) -> None:
+        self._write()
+        if self._own_storage and self._storage is not None:
+            self._storage.close()
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out

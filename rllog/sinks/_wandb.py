@@ -1,0 +1,163 @@
+"""The wandb sink: history rows, config, checkpoints, reports, rollouts and findings.
+
+Steps and resumes: wandb's own ``_step`` is rllog's count of what it logged to the wandb
+run and only grows, across resumes too (online it continues from the run's
+``starting_step``; offline from the count kept in ``trackers.json`` at the last close),
+so wandb never drops a row (it ignores a ``step=`` below its last one). After a kill -9
+in offline mode the count is the one of the last clean close, so rows logged after it
+may share ``_step`` values with the resumed run's. The training step is the row's ``step`` key, declared
+with ``define_metric("*", step_metric="step")`` so charts use it as their x axis. On a
+resume the same wandb run continues (its id is kept in the run's ``trackers.json``), and
+every row after the resume also holds ``rllog/segment`` (1 for the first resume, 2 for
+the next...), so a step that was re-run after a resume stands as a second, labelled
+point, never as a silent duplicate; ``summary["rllog/resumed_at"]`` lists the resume steps.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from rllog.sinks._common import require
+
+__all__ = ["Wandb"]
+
+
+@dataclass
+class Wandb:
+    """Options of the wandb run (see ``wandb.init``).
+
+    Args:
+        project, entity, group, tags, notes: as ``wandb.init`` takes them.
+        run_name: ``wandb.init``'s ``name`` (default: the run folder's name).
+        mode: ``"online"``, ``"offline"`` or ``"disabled"`` (default: wandb's, i.e.
+            ``$WANDB_MODE`` or online).
+        dir: where wandb keeps its files (default: wandb's).
+        id: the wandb run id for a new run (default: generated; on a resume the stored id).
+        settings: extra ``wandb.Settings`` fields. rllog sets ``console="off"`` (wandb does
+            not wrap the process's stdout/stderr from the sink thread) unless given here.
+        init_kwargs: any other ``wandb.init`` arguments.
+    """
+
+    project: str | None = None
+    entity: str | None = None
+    run_name: str | None = None
+    group: str | None = None
+    tags: list[str] | None = None
+    notes: str | None = None
+    mode: str | None = None
+    dir: str | None = None
+    id: str | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    init_kwargs: dict[str, Any] = field(default_factory=dict)
+    name: str = field(default="wandb", init=False, repr=False)
+    run: Any = field(default=None, init=False, repr=False)
+    _segment: int = field(default=0, init=False, repr=False)
+    _step: int = field(default=0, init=False, repr=False)
+    _wandb: Any = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.mode not in (None, "online", "offline", "disabled"):
+            raise ValueError(
+                f"Wandb(mode=...): expected 'online', 'offline' or 'disabled', got {self.mode!r}"
+            )
+
+    def check_installed(self) -> None:
+        require("wandb", "wandb")
+
+    def open(self, run: Any) -> dict[str, Any]:
+        import wandb
+
+        self._wandb = wandb
+        state = run.state
+        run_id = state.get("id") if run.resume and state.get("id") else self.id
+        self._segment = int(state.get("segments", 0)) + 1 if run.resume and state.get("id") else 0
+        settings = wandb.Settings(**{"console": "off", **self.settings})
+        self.run = wandb.init(
+            project=self.project or state.get("project"),
+            entity=self.entity or state.get("entity"),
+            name=self.run_name or run.name,
+            group=self.group,
+            tags=self.tags,
+            notes=self.notes,
+            mode=self.mode,  # type: ignore[arg-type]  # checked in __post_init__
+            dir=self.dir,
+            id=run_id,
+            resume="allow",
+            config=run.config,
+            settings=settings,
+            reinit="create_new",
+            **self.init_kwargs,
+        )
+        # wandb's own step: online, wandb says where the resumed run stands; offline it does
+        # not know, so the count kept in trackers.json at the last close is used
+        self._step = (
+            max(int(getattr(self.run, "starting_step", 0) or 0), int(state.get("next_step", 0)))
+            if self._segment
+            else 0
+        )
+        self.run.define_metric("step")
+        self.run.define_metric("*", step_metric="step")
+        if self._segment:
+            resumed = list(self.run.summary.get("rllog/resumed_at", None) or [])
+            self.run.summary["rllog/resumed_at"] = [*resumed, run.resume_step or 0]
+        return self.state()
+
+    def state(self) -> dict[str, Any]:
+        """What ``trackers.json`` keeps for a resume: the run id and wandb's next ``_step``."""
+        run = self.run
+        return {
+            "id": run.id,
+            "project": run.project,
+            "entity": run.entity,
+            "segments": self._segment,
+            "next_step": self._step,
+        }
+
+    def log_metrics(self, step: int, row: dict[str, Any]) -> None:
+        data = {"step": step, **row}
+        if self._segment:
+            data["rllog/segment"] = self._segment
+        self.run.log(data, step=self._step)
+        self._step += 1
+
+    def log_config(self, config: dict[str, Any]) -> None:
+        self.run.config.update(config, allow_val_change=True)
+
+    def log_checkpoint(self, record: dict[str, Any]) -> None:
+        self.run.summary["rllog/last_checkpoint"] = record
+
+    def log_report(self, report: dict[str, Any]) -> None:
+        self.run.log(
+            {f"reports/{report['split']}": self._wandb.Html(report["content"]), "step": report["iteration"]},
+            step=self._step,
+        )
+        self._step += 1
+
+    def log_rollouts(self, rollouts: dict[str, Any]) -> None:
+        columns = ["group_idx", "traj_idx", "total_reward", "final_reward", "final_ob_len", "steps", "tags"]
+        table = self._wandb.Table(columns=columns)
+        for r in rollouts["records"]:
+            table.add_data(
+                *(r.get(c) if c != "steps" else len(r.get("steps") or []) for c in columns[:-1]),
+                ",".join(r.get("tags") or []),
+            )
+        self.run.log({f"rollouts/{rollouts['split']}": table, "step": rollouts["iteration"]}, step=self._step)
+        self._step += 1
+
+    def log_finding(self, finding: dict[str, Any]) -> None:
+        level = {"error": "ERROR", "warning": "WARN"}.get(finding["severity"], "INFO")
+        self.run.alert(
+            title=f"rllog doctor: {finding['check']} on {finding['metric']}",
+            text=f"{finding['message']}. {finding['advice']}",
+            level=getattr(self._wandb.AlertLevel, level),
+        )
+        value = finding["value"]
+        self.run.summary[f"doctor/{finding['check']}/{finding['metric']}"] = (
+            value if isinstance(value, float) and math.isfinite(value) else str(value)
+        )
+
+    def close(self) -> None:
+        if self.run is not None:
+            self.run.finish()

@@ -1,0 +1,195 @@
+"""Runs of any length: close, resume and the reader's costs do not grow with the run
+(issue 15). Small instances here; the big sizes live in benchmarks/bench_scale.py."""
+
+from __future__ import annotations
+
+import json
+import time
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+import rllog._run
+import rllog.index
+from rllog import RunLogger
+from rllog._write import resume
+
+
+def _metrics_file(path: Path, rows: int, *, every: int = 0) -> int:
+    """Write ``rows`` rllog-like rows (~100 bytes each) to path/metrics.jsonl; with
+    ``every``, each ``every``-th row logs no step (kept in place on resume). Returns bytes."""
+    pad = "x" * 60
+    lines = []
+    for s in range(rows):
+        if every and s % every == 0:
+            lines.append(f'{{"note": "{pad}"}}\n')
+        else:
+            lines.append(f'{{"step": {s}, "loss": {s * 0.5}, "pad": "{pad}"}}\n')
+    data = "".join(lines).encode()
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "metrics.jsonl").write_bytes(data)
+    return len(data)
+
+
+def _peak_of(fn) -> int:
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("every", [0, 1000], ids=["tail", "interleaved"])
+def test_resume_streams_the_metrics_file_in_bounded_memory(tmp_path, monkeypatch, every):
+    """10 MB of rows, the last half moved: peak Python memory stays under 4 MiB (the old
+    whole-file pass held the file and its lines, > 20 MB), and every row is accounted for."""
+    monkeypatch.setattr(resume, "_CHUNK", 256 << 10, raising=False)
+    rows = 100_000
+    size = _metrics_file(tmp_path, rows, every=every)
+    assert size > 10e6
+    notes: list[str] = []
+    peak = _peak_of(
+        lambda: resume.supersede(
+            rllog.storage.LocalStorage(tmp_path), rows // 2, lambda m, **k: notes.append(m)
+        )
+    )
+    assert peak < 4 << 20, f"resume peaked at {peak / 2**20:.1f} MiB for a {size / 2**20:.0f} MiB file"
+    kept = (tmp_path / "metrics.jsonl").read_bytes().splitlines()
+    moved = (tmp_path / "metrics.superseded.jsonl").read_bytes().splitlines()
+    steps_moved = [json.loads(x)["step"] for x in moved]
+    assert steps_moved == [s for s in range(rows // 2, rows) if not (every and s % every == 0)]
+    assert len(kept) + len(moved) == rows
+    assert all(json.loads(x).get("step", 0) < rows // 2 for x in kept)
+    assert notes and "moved" in notes[-1]
+
+
+def test_resume_keeps_a_last_line_without_newline_and_moves_nothing_when_all_stay(tmp_path):
+    (tmp_path / "metrics.jsonl").write_bytes(b'{"step": 0}\n{"step": 1}\n\n{"step": 2}')
+    resume.supersede(rllog.storage.LocalStorage(tmp_path), 5, lambda m, **k: None)
+    assert (tmp_path / "metrics.jsonl").read_bytes() == b'{"step": 0}\n{"step": 1}\n\n{"step": 2}'
+    assert not (tmp_path / "metrics.superseded.jsonl").exists()
+    resume.supersede(rllog.storage.LocalStorage(tmp_path), 2, lambda m, **k: None)
+    assert (tmp_path / "metrics.jsonl").read_bytes() == b'{"step": 0}\n{"step": 1}\n\n'
+    assert (tmp_path / "metrics.superseded.jsonl").read_bytes() == b'{"step": 2}\n'
+
+
+@pytest.mark.slow
+def test_close_of_a_long_run_hands_the_index_to_a_process_of_its_own(tmp_path, monkeypatch):
+    """Past INLINE_INDEX_BYTES close neither reads the run nor renders the page in the
+    training process; the detached job writes a page that counts every row."""
+    monkeypatch.setattr(rllog._run, "INLINE_INDEX_BYTES", 1000, raising=False)
+    calls: list[object] = []
+    monkeypatch.setattr(rllog.index, "write_index", lambda *a, **k: calls.append(a))
+    logger = RunLogger(tmp_path, code_diff=False)
+    for s in range(50):
+        logger.log_metrics(s, {"loss": 1.0 / (s + 1), "env/all/reward/total": s * 0.1})
+    logger.close()
+    assert calls == [] and logger.warnings == []
+    assert logger.index_url == f"{tmp_path}/index.html"
+    page = tmp_path / "index.html"
+    deadline = time.monotonic() + 120
+    while not page.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert "<li>50 rows</li>" in page.read_text()
+
+
+# -- several writers of one run ---------------------------------------------------------
+
+
+def test_two_workers_writing_the_same_iteration_keep_both_files(tmp_path):
+    """Two pickled loggers (two rollout workers) write iteration 3's report and rollout
+    summaries: the first one's files stay, the second's go to ``-2`` copies, a warning names
+    them, and the reader lists both under iteration 3."""
+    import pickle
+
+    from rllog import logtree, read_run
+
+    learner = RunLogger(tmp_path, code_diff=False)
+    learner.log_metrics(0, {"loss": 1.0})
+    blob = pickle.dumps(learner)
+    workers = [pickle.loads(blob), pickle.loads(blob)]
+    for w, worker in enumerate(workers):
+        with worker.iteration(3):
+            logtree.text(f"worker {w} was here")
+        worker.log_rollouts(
+            3, [[{"steps": [{"ob_len": 1, "ac_len": 2, "reward": float(w)}], "final_reward": 0.0}]]
+        )
+        worker.close()
+    learner.close()
+    assert "worker 0 was here" in (tmp_path / "train_iteration_000003.html").read_text()
+    assert "worker 1 was here" in (tmp_path / "train_iteration_000003-2.html").read_text()
+    assert "worker 1 was here" in (tmp_path / "train_iteration_000003-2_logtree.json").read_text()
+    first = json.loads((tmp_path / "train_iteration_000003_rollout_summaries.jsonl").read_text())
+    second = json.loads((tmp_path / "train_iteration_000003-2_rollout_summaries.jsonl").read_text())
+    assert (first["total_reward"], second["total_reward"]) == (0.0, 1.0)
+    assert workers[0].warnings == []
+    assert any("train_iteration_000003-2.html" in m for m in workers[1].warnings)
+    assert any("train_iteration_000003-2_rollout_summaries.jsonl" in m for m in workers[1].warnings)
+    run = read_run(tmp_path)
+    (it,) = [it for it in run.iterations if it.iteration == 3]
+    assert sorted(a.name for a in it.artifacts) == [
+        "train_iteration_000003-2.html",
+        "train_iteration_000003-2_logtree.json",
+        "train_iteration_000003-2_rollout_summaries.jsonl",
+        "train_iteration_000003.html",
+        "train_iteration_000003_logtree.json",
+        "train_iteration_000003_rollout_summaries.jsonl",
+    ]
+
+
+def test_a_worker_rewriting_its_own_iteration_replaces_its_file(tmp_path):
+    import pickle
+
+    learner = RunLogger(tmp_path, code_diff=False)
+    worker = pickle.loads(pickle.dumps(learner))
+    for reward in (1.0, 2.0):
+        worker.log_rollouts(5, [[{"steps": [{"reward": reward}], "final_reward": 0.0}]])
+        worker.flush()
+    worker.close()
+    learner.close()
+    assert not (tmp_path / "train_iteration_000005-2_rollout_summaries.jsonl").exists()
+    assert (
+        json.loads((tmp_path / "train_iteration_000005_rollout_summaries.jsonl").read_text())["total_reward"]
+        == 2.0
+    )
+
+
+def test_pickled_loggers_in_another_process(tmp_path):
+    """A memory:// logger unpickled in another process raises saying memory:// is per
+    process; a rank-1 NullRunLogger stays a non-writer there (no RANK set)."""
+    import os
+    import pickle
+    import subprocess
+    import sys
+
+    from rllog._run import NullRunLogger
+
+    mem = RunLogger(f"memory://scale-{os.getpid()}/run", code_diff=False, index=False)
+    null = RunLogger(tmp_path, rank=1)
+    assert isinstance(null, NullRunLogger)
+    code = (
+        "import pickle, sys\n"
+        "null_blob, mem_blob = pickle.load(sys.stdin.buffer)\n"
+        "null = pickle.loads(null_blob)\n"
+        "null.log_metrics(0, {'x': 1.0}); null.close()\n"
+        "print('null', type(null).__name__, null.is_writer, null.rank)\n"
+        "try:\n"
+        "    pickle.loads(mem_blob)\n"
+        "except RuntimeError as exc:\n"
+        "    print('mem', exc)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK")}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        input=pickle.dumps((pickle.dumps(null), pickle.dumps(mem))),
+        capture_output=True,
+        env=env,
+        timeout=120,
+        check=True,
+    ).stdout.decode()
+    mem.close()
+    assert "null NullRunLogger False 1" in out
+    assert "memory:// runs live in the memory of the process that opened them" in out
+    assert not (tmp_path / "metrics.jsonl").exists()

@@ -1,0 +1,184 @@
+"""The sink dispatcher (fake slow and raising sinks), report_to misuse, the live doctor, timers."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+import warnings
+
+import pytest
+from _doctor_runs import REALDATA, healthy_rows, planted
+
+import rllog.sinks
+from rllog import RunLogger
+from rllog.doctor import check_run
+from rllog.sinks import BaseSink
+
+
+class Recorder(BaseSink):
+    def __init__(self, name="rec", sleep=0.0, fail=False):
+        self.name, self.sleep, self.fail = name, sleep, fail
+        self.rows, self.config, self.checkpoints, self.findings = [], [], [], []
+
+    def log_metrics(self, step, row):
+        if self.fail:
+            raise ConnectionError("tracker down")
+        time.sleep(self.sleep)
+        self.rows.append((step, row))
+
+    def log_config(self, config):
+        self.config.append(config)
+
+    def log_checkpoint(self, record):
+        self.checkpoints.append(record)
+
+    def log_finding(self, finding):
+        self.findings.append(finding)
+
+
+def _rows(path):
+    return [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_rows_config_checkpoints_reach_a_sink_with_nan_kept(tmp_path):
+    rec = Recorder()
+    with RunLogger(tmp_path / "r", report_to=rec, code_diff=False, index=False, config={"lr": 0.1}) as lg:
+        for i in range(5):
+            lg.log_metrics(i, {"loss": math.nan if i == 2 else float(i), "tag": "a"})
+        lg.log_checkpoint("000005", batch=5)
+    assert [s for s, _ in rec.rows] == [0, 1, 2, 3, 4]
+    assert math.isnan(rec.rows[2][1]["loss"]) and rec.rows[3][1] == {"loss": 3.0, "tag": "a"}
+    assert rec.config == [{"lr": 0.1}] and rec.checkpoints[0]["batch"] == 5
+    assert lg.warnings == []
+
+
+def test_slow_and_raising_sinks_never_slow_the_loop(tmp_path):
+    slow, bad = Recorder("slow", sleep=1.0), Recorder("bad", fail=True)
+    lg = RunLogger(
+        tmp_path / "r",
+        report_to=[slow, bad],
+        code_diff=False,
+        index=False,
+        sink_queue_size=100,
+        sink_timeout=1.5,
+    )
+    lg._sinks._retrying.wait = lambda state: 0  # no backoff in the test
+    times = []
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        for i in range(2000):
+            t0 = time.perf_counter()
+            lg.log_metrics(i, {"x": float(i)})
+            times.append(time.perf_counter() - t0)
+        lg.close()
+    times.sort()
+    assert times[int(0.99 * len(times))] < 100e-6
+    assert [r["step"] for r in _rows(tmp_path / "r")] == list(range(2000))  # metrics.jsonl is complete
+    text = "\n".join(lg.warnings)
+    assert sum("sink bad failed" in w for w in lg.warnings) == 1 and "ConnectionError: tracker down" in text
+    assert "is disabled" in text and "sink queue is full (100 items)" in text
+    (slow_msg,) = [w for w in lg.warnings if w.startswith("sink slow received")]
+    got = len(slow.rows)
+    assert (
+        f"sink slow received {got} of 2000 metric rows" in slow_msg
+        and "dropped because the sink queue" in slow_msg
+    )
+    (bad_msg,) = [w for w in lg.warnings if w.startswith("sink bad received")]
+    assert "sink bad received 0 of 2000" in bad_msg and "not sent after it failed" in bad_msg
+
+
+def test_report_to_misuse_fails_at_construction(tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match="unknown sink 'wandbb'"):
+        RunLogger(tmp_path / "a", report_to="wandbb")
+    with pytest.raises(TypeError, match="expected a sink name or a sink object"):
+        RunLogger(tmp_path / "b", report_to=[3])
+    real = rllog.sinks._common.importlib.util.find_spec
+    monkeypatch.setattr(
+        rllog.sinks._common.importlib.util, "find_spec", lambda n: None if n == "wandb" else real(n)
+    )
+    with pytest.raises(ImportError, match=r"pip install 'rllog\[wandb\]'"):
+        RunLogger(tmp_path / "c", report_to="wandb")
+    assert not (tmp_path / "c").exists()  # nothing opened
+
+
+def _live(tmp_path, rows, name="live"):
+    fired, seen = [], threading.Event()
+
+    def on_finding(f):
+        fired.append(f)
+        seen.set()
+
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        lg = RunLogger(tmp_path / name, doctor=True, on_finding=on_finding, code_diff=False, index=False)
+        for r in rows:
+            r = dict(r)
+            lg.log_metrics(r.pop("step"), r)
+        during = lg._sinks.flush(10) and list(fired)
+        lg.close()
+    return lg, during, fired
+
+
+@pytest.mark.parametrize(
+    ("problem", "check"), [("value_nan", "nonfinite"), ("ratio", "ratio"), ("entropy", "entropy_collapse")]
+)
+def test_live_doctor_fires_during_the_run_once_and_agrees_with_rllog_doctor(tmp_path, problem, check):
+    lg, during, fired = _live(tmp_path, planted(problem))
+    assert [f["check"] for f in during].count(check) == 1  # before close
+    assert [f["check"] for f in fired].count(check) == 1
+    (f,) = [f for f in fired if f["check"] == check]
+    assert sum(w.startswith("doctor (") and f["message"] in w for w in lg.warnings) == 1
+    lines = [json.loads(x) for x in (tmp_path / "live" / "doctor.jsonl").read_text().splitlines()]
+    assert lines == [f.to_dict() for f in check_run(tmp_path / "live")]
+    assert check in [x["check"] for x in lines]
+
+
+def test_live_doctor_is_silent_on_a_healthy_run(tmp_path):
+    lg, during, fired = _live(tmp_path, healthy_rows())
+    assert fired == [] and not any(w.startswith("doctor") for w in lg.warnings)
+    lines = [json.loads(x) for x in (tmp_path / "live" / "doctor.jsonl").read_text().splitlines()]
+    assert lines == [f.to_dict() for f in check_run(tmp_path / "live")] == []
+
+
+@pytest.mark.skipif(not REALDATA.is_dir(), reason=f"real data folder missing: {REALDATA}")
+def test_live_and_post_hoc_doctor_agree_on_real_runs(tmp_path):
+    files = sorted((REALDATA / "tinker").rglob("metrics.jsonl"))[:6]
+    assert files
+    for i, src in enumerate(files):
+        rows = [json.loads(x) for x in src.read_text().splitlines() if x.strip()]
+        rows = [r for r in rows if isinstance(r.get("step"), int)]
+        lg, _, fired = _live(tmp_path, rows, name=f"real{i}")
+        final = [f.to_dict() for f in check_run(tmp_path / f"real{i}")]
+        lines = [json.loads(x) for x in (tmp_path / f"real{i}" / "doctor.jsonl").read_text().splitlines()]
+        assert lines == final, src
+        # what fired live is what the post-hoc doctor reports (the whole-run trend rule fires at close)
+        assert {(f["check"], f["metric"], f["fired_at"]) for f in fired} == {
+            (f["check"], f["metric"], f["fired_at"]) for f in final if f["check"] != "no_metrics"
+        }, src
+
+
+def test_timers_nest_add_up_and_write_spans(tmp_path):
+    with RunLogger(tmp_path / "t", code_diff=False, index=False, timing_spans=True) as lg:
+
+        @lg.timer("sample")
+        def sample():
+            time.sleep(0.01)
+
+        with lg.timer("step"):
+            sample()
+            with lg.timer("train"):
+                time.sleep(0.02)
+        sample()
+        lg.log_metrics(0, {"x": 1.0})
+        lg.log_metrics(1, {"x": 2.0})
+    r0, r1 = _rows(tmp_path / "t")
+    assert set(r0) == {"step", "x", "time/step", "time/step/sample", "time/step/train", "time/sample"}
+    assert r0["time/step"] >= r0["time/step/sample"] + r0["time/step/train"] >= 0.03
+    assert 0.01 <= r0["time/sample"] < 0.05 and "time/sample" not in r1
+    spans = [json.loads(x) for x in (tmp_path / "t" / "timing_spans.jsonl").read_text().splitlines()]
+    assert {s["name"] for s in spans} == {"step", "step/sample", "step/train", "sample"}
+    assert all(s["step"] == 0 and s["end"] > s["start"] for s in spans)
+    with pytest.raises(ValueError, match="timer name"):
+        lg.timer("/x")

@@ -1,0 +1,24 @@
+"""rllog.integrations.tinker: ml_log's Logger calls land in an rllog run."""
+
+from __future__ import annotations
+
+import json
+
+from rllog import read_run
+from rllog.integrations.tinker import setup_logging
+
+
+def test_ml_log_calls_write_the_run(tmp_path):
+    ml = setup_logging(str(tmp_path / "run"), wandb_project="ignored", config={"lr": 1e-4}, code_diff=False)
+    ml.log_metrics({"env/all/reward/total": 0.5}, step=0)
+    ml.log_metrics({"optim/lr": 1e-4})  # step=None: the last step
+    ml.log_metrics_event({"time/x": 1.0}, step=1, step_metric="progress/batch")
+    ml.log_long_text("sample/0", "hello")
+    ml.close()
+    run = read_run(tmp_path / "run")
+    assert run.rows == [
+        {"step": 0, "env/all/reward/total": 0.5, "optim/lr": 1e-4},
+        {"step": 1, "time/x": 1.0, "progress/batch": 1},
+    ]
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["lr"] == 1e-4
+    assert (tmp_path / "run" / "long_text").is_dir()
