@@ -16,7 +16,9 @@ machine (same spill folder), closes it, and checks with the reader's own parsing
 - early records: checkpoint records whose batch has an acknowledged step before it
   missing from the rows (a record before its rows);
 - lost records: acknowledged checkpoint records missing from checkpoints.jsonl;
-- duplicates: a step standing twice in metrics.jsonl.
+- duplicates: a step standing twice in metrics.jsonl;
+- writer_died_alone: trials whose writer exited before the kill (must be 0: such a
+  trial proves nothing); acked_rows: acknowledged rows checked, summed over the trials.
 
 The kill's "kind" is the last ``B <kind>`` the child printed (metrics, checkpoint, report,
 rollouts, flush/upload, open/journal adoption: the child starts by adopting the journal
@@ -50,7 +52,8 @@ bucket = "://" in url
 def say(*parts):
     os.write(1, (" ".join(map(str, parts)) + "\n").encode())
 say("B", "open")
-logger = RunLogger(url, resume=True, code_diff=False, index=False, flush_interval=0.2, **options)
+extra = {"flush_interval": 0.2} if bucket else {}
+logger = RunLogger(url, resume=True, code_diff=False, index=False, **extra, **options)
 step = logger.resume_state.batch if logger.resume_state else 0
 say("READY", step)
 acked_ckpt = []
@@ -129,6 +132,7 @@ def trial(url: str, options: dict, env: dict, rng: random.Random, acked: dict) -
             break
         time.sleep(0.005)
     time.sleep(delay if delay is not None else rng.uniform(0.05, 1.5))
+    died_alone = proc.poll() is not None  # the writer failed on its own: the trial proves nothing
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     reader.join(5)
@@ -154,6 +158,8 @@ def trial(url: str, options: dict, env: dict, rng: random.Random, acked: dict) -
     acked["rows"] = {s for s in acked["rows"] if s < resumed_at} | (acked["rows"] & present)
     return {
         "kind": kind,
+        "writer_died_alone": int(died_alone),
+        "acked_rows": len(acked["rows"]),
         "unreadable": bad_m + bad_c,
         "lost_rows": len(acked["rows"] - present),
         "early_records": sum(1 for b in batches if any(s < b and s not in present for s in acked["rows"])),
