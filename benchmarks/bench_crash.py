@@ -17,6 +17,7 @@ machine (same spill folder), closes it, and checks with the reader's own parsing
   missing from the rows (a record before its rows);
 - lost records: acknowledged checkpoint records missing from checkpoints.jsonl;
 - duplicates: a step standing twice in metrics.jsonl;
+- resume_failed: trials whose ``RunLogger(..., resume=True)`` raised (must be 0);
 - writer_died_alone: trials whose writer exited before the kill (must be 0: such a
   trial proves nothing); acked_rows: acknowledged rows checked, summed over the trials.
 
@@ -146,8 +147,12 @@ def trial(url: str, options: dict, env: dict, rng: random.Random, acked: dict) -
     # the same-machine resume
     from rllog import RunLogger
 
-    with RunLogger(url, resume=True, code_diff=False, index=False, **options) as logger:
-        resumed_at = logger.resume_state.batch if logger.resume_state else 0
+    try:
+        with RunLogger(url, resume=True, code_diff=False, index=False, **options) as logger:
+            resumed_at = logger.resume_state.batch if logger.resume_state else 0
+    except OSError as exc:  # counted, not fatal: the next trials go on with this run
+        print(f"resume failed: {exc}", file=sys.stderr)
+        return {"kind": kind, "resume_failed": 1, "writer_died_alone": int(died_alone)}
     metrics, bad_m = _parse(_read(url, options, "metrics.jsonl"))
     superseded, _ = _parse(_read(url, options, "metrics.superseded.jsonl"))
     records, bad_c = _parse(_read(url, options, "checkpoints.jsonl"))
