@@ -322,7 +322,11 @@ class Dispatcher:
                     **payload,
                     "content": self.run.storage.read(payload["html"]).decode("utf-8", "replace"),
                 }
-            except OSError:
+            except OSError as exc:
+                self._warn(
+                    "sinks:report",
+                    f"could not read {payload['html']} for the trackers ({exc}); they get its link without its HTML",
+                )
                 payload = {**payload, "content": ""}
         elif kind == "log_rollouts":
             from rllog._format.jsonl import iter_lines
