@@ -31,7 +31,7 @@ import threading
 from typing import Any, cast
 
 from rllog._format.codec import encode_json
-from rllog._format.layout import CHECKPOINTS_FILE, CODE_DIFF_FILE, CONFIG_FILE, METRICS_FILE
+from rllog._format.layout import CHECKPOINTS_FILE, CODE_DIFF_FILE, CONFIG_FILE, METRICS_FILE, check_layout
 from rllog._format.records import ResumeState
 from rllog._write.checkpoints import CheckpointCommitter, checkpoint_record, read_checkpoints
 from rllog._write.metrics import MetricsWriter
@@ -120,6 +120,11 @@ class RunLogger:
         sink_queue_size: items the sinks' queue holds; past it rows are dropped from the
             sinks (counted and reported; metrics.jsonl keeps them).
         timing_spans: also write each :meth:`timer` span to ``timing_spans.jsonl``.
+        layout: how per-iteration files are named: ``"flat"`` (default,
+            ``train_iteration_NNNNNN.html``...) or ``"tinker"`` (tinker-cookbook 0.6's
+            ``iteration_NNNNNN/train.html``, ``iteration_NNNNNN/train_rollout_summaries.jsonl``,
+            ``iteration_NNNNNN/eval_<name>_logtree.json``...), so tinker-cookbook's
+            ``TrainingRunStore`` and dashboard read the run. ValueError for any other value.
         storage_options: passed to fsspec for URLs (``token=``, ``endpoint_url=``...).
 
     Raises:
@@ -163,6 +168,7 @@ class RunLogger:
         sink_timeout: float = 30.0,
         sink_queue_size: int = 10_000,
         timing_spans: bool = False,
+        layout: str = "flat",
         _worker: bool = False,
         **storage_options: Any,
     ) -> None:
@@ -173,6 +179,7 @@ class RunLogger:
             )
         _check_index_every(index_every, index)
         _reject_local_options(log_path, storage_options)
+        self.layout = check_layout(layout)
         sinks = _resolve_sinks(report_to)  # misuse and missing trackers fail before anything is opened
         self.rank = process_rank() if rank is None else int(rank)
         self.is_writer = True
@@ -452,6 +459,7 @@ class RunLogger:
                 title=title,
                 strict_json=self.strict_json,
                 warn=self._notes.warn_once,
+                layout=self.layout,
             ),
             iteration,
             None,
@@ -480,6 +488,7 @@ class RunLogger:
                 title=title,
                 strict_json=self.strict_json,
                 warn=self._notes.warn_once,
+                layout=self.layout,
             ),
             iteration,
             name,
@@ -526,6 +535,7 @@ class RunLogger:
             tags=tags,
             sampling_client_step=sampling_client_step,
             strict_json=self.strict_json,
+            layout=self.layout,
         )
         self._check_rewrite(
             "rollout summaries file", iteration, eval_name
@@ -828,7 +838,7 @@ class RunLogger:
         """Pickles as configuration: a worker gets a logger for the same run that writes
         its own artifacts (and can append rows) but does not redo start-of-run work."""
         where = self.log_path if self._owns_storage else self.storage
-        return (_worker_logger, (where, self.strict_json, self._storage_options, os.getpid()))
+        return (_worker_logger, (where, self.strict_json, self._storage_options, os.getpid(), self.layout))
 
 
 def _resolve_sinks(report_to: Any) -> list[Any]:
@@ -855,14 +865,14 @@ class _Reported:
         from rllog._format.layout import artifact_name
 
         logger = self._logger
-        html = artifact_name(self._iteration, "html", self._eval_name)
+        html = artifact_name(self._iteration, "html", self._eval_name, logger.layout)
         logger._sinks.put(
             "log_report",
             {
                 "iteration": self._iteration,
                 "split": "train" if self._eval_name is None else f"eval/{self._eval_name}",
                 "html": html,
-                "json": artifact_name(self._iteration, "logtree", self._eval_name),
+                "json": artifact_name(self._iteration, "logtree", self._eval_name, logger.layout),
                 "url": f"{logger.log_path}/{html}",
             },
         )
@@ -886,10 +896,12 @@ class NullRunLogger(RunLogger):
         strict_json: bool = False,
         resume_key: str = "batch",
         console: bool = False,
+        layout: str = "flat",
         **_: Any,
     ) -> None:
         if not isinstance(log_path, (str, os.PathLike, Storage)):
             raise TypeError(f"log_path must be a path, a URL or a Storage, got {type(log_path).__name__}")
+        self.layout = check_layout(layout)
         self.rank = process_rank() if rank is None else int(rank)
         self.strict_json = strict_json
         self.resume_key = resume_key
@@ -985,7 +997,11 @@ def _reject_local_options(log_path: Any, storage_options: dict[str, Any]) -> Non
 
 
 def _worker_logger(
-    log_path: str | Storage, strict_json: bool, storage_options: dict[str, Any], pid: int | None = None
+    log_path: str | Storage,
+    strict_json: bool,
+    storage_options: dict[str, Any],
+    pid: int | None = None,
+    layout: str = "flat",
 ) -> RunLogger:
     """The logger a pickled :class:`RunLogger` becomes (a worker of the same run).
 
@@ -1001,5 +1017,11 @@ def _worker_logger(
             "Give workers in other processes a local path shared by them or a bucket URL (gs://, s3://)"
         )
     return RunLogger(
-        log_path, strict_json=strict_json, code_diff=False, rank=0, _worker=True, **storage_options
+        log_path,
+        strict_json=strict_json,
+        code_diff=False,
+        rank=0,
+        layout=layout,
+        _worker=True,
+        **storage_options,
     )
