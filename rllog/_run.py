@@ -643,7 +643,9 @@ class RunLogger:
             doctor=engine,
             on_finding=on_finding,
             findings_file=DOCTOR_FILE if engine is not None else None,
-            replay=(METRICS_FILE, self._replay_size()) if engine is not None and self._resumed else None,
+            replay=(METRICS_FILE, self._replay_size() if self._resumed else 0)
+            if engine is not None
+            else None,
         )
         self._metrics.tap = dispatcher.put_row
         return dispatcher
