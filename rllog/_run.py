@@ -33,7 +33,7 @@ import weakref
 from typing import Any, cast
 
 from rllog._format.codec import encode_json
-from rllog._format.layout import CHECKPOINTS_FILE, CODE_DIFF_FILE, CONFIG_FILE, METRICS_FILE
+from rllog._format.layout import CHECKPOINTS_FILE, CODE_DIFF_FILE, CONFIG_FILE, METRICS_FILE, check_layout
 from rllog._format.records import ResumeState
 from rllog._storage.local import remove_stale_tmp
 from rllog._storage.staged import run_at_exit
@@ -44,7 +44,7 @@ from rllog._write.notes import Notes
 from rllog._write.rank import process_rank
 from rllog._write.resume import lock_run, repair_torn_tail, supersede, timestamped, unlock_run
 from rllog._write.rollouts import RolloutFiles, encode_rollouts
-from rllog._write.timing import Timer, Timings
+from rllog._write.timing import Timings
 from rllog.errors import StorageError
 from rllog.storage import FsspecStorage, LocalStorage, Storage, open_storage
 
@@ -98,6 +98,9 @@ class RunLogger:
             process writes it (close stays ~ms whatever the run's length; the page
             appears when that process finishes). ``memory://`` runs are indexed inside
             ``close`` (another process cannot see them).
+        index_every: also rewrite ``index.html`` every this many seconds while the run
+            goes on (a background thread; a killed run keeps its last page). None
+            (default): only at close. Needs ``index=True``.
         shared: join a run that another process is writing (e.g. a separate evaluation
             process adding its reports): no lock, no start-up repair or resume; rows
             are appended to the same files. Without it, opening a local run that
@@ -121,6 +124,11 @@ class RunLogger:
         sink_queue_size: items the sinks' queue holds; past it rows are dropped from the
             sinks (counted and reported; metrics.jsonl keeps them).
         timing_spans: also write each :meth:`timer` span to ``timing_spans.jsonl``.
+        layout: how per-iteration files are named: ``"flat"`` (default,
+            ``train_iteration_NNNNNN.html``...) or ``"tinker"`` (tinker-cookbook 0.6's
+            ``iteration_NNNNNN/train.html``, ``iteration_NNNNNN/train_rollout_summaries.jsonl``,
+            ``iteration_NNNNNN/eval_<name>_logtree.json``...), so tinker-cookbook's
+            ``TrainingRunStore`` and dashboard read the run. ValueError for any other value.
         storage_options: passed to fsspec for URLs (``token=``, ``endpoint_url=``...).
 
     Raises:
@@ -157,12 +165,14 @@ class RunLogger:
         console: bool = False,
         shared: bool = False,
         index: bool = True,
+        index_every: float | None = None,
         report_to: Any = None,
         doctor: bool | Any = False,
         on_finding: Any = None,
         sink_timeout: float = 30.0,
         sink_queue_size: int = 10_000,
         timing_spans: bool = False,
+        layout: str = "flat",
         _worker: bool = False,
         **storage_options: Any,
     ) -> None:
@@ -171,7 +181,9 @@ class RunLogger:
                 "RunLogger(shared=True, resume=True): a shared logger joins a run another process "
                 "writes, and that process owns its resume; pass one of them"
             )
+        _check_index_every(index_every, index)
         _reject_local_options(log_path, storage_options)
+        self.layout = check_layout(layout)
         sinks = _resolve_sinks(report_to)  # misuse and missing trackers fail before anything is opened
         self.rank = process_rank() if rank is None else int(rank)
         self.is_writer = True
@@ -205,6 +217,7 @@ class RunLogger:
                     "pass shared=True to add this process's rows and reports to the same run on purpose"
                 )
             self._start(resume)
+            self._status_started()
         warn = self._notes.warn_once
         self._metrics = MetricsWriter(self.storage, strict_json=strict_json, console=console, warn=warn)
         self._timings = Timings(timing_spans)
@@ -233,6 +246,7 @@ class RunLogger:
                 target=self._write_code_diff, name="rllog-code-diff", daemon=True
             )
             self._diff_thread.start()
+        self._start_index_thread(index_every)
 
     @property
     def console(self) -> bool:
@@ -462,6 +476,7 @@ class RunLogger:
                 title=title,
                 strict_json=self.strict_json,
                 warn=self._notes.warn_once,
+                layout=self.layout,
             ),
             iteration,
             None,
@@ -490,6 +505,7 @@ class RunLogger:
                 title=title,
                 strict_json=self.strict_json,
                 warn=self._notes.warn_once,
+                layout=self.layout,
             ),
             iteration,
             name,
@@ -536,6 +552,7 @@ class RunLogger:
             tags=tags,
             sampling_client_step=sampling_client_step,
             strict_json=self.strict_json,
+            layout=self.layout,
         )
         self._check_rewrite(
             "rollout summaries file", iteration, eval_name
@@ -602,9 +619,11 @@ class RunLogger:
                 self._notes.note(message)
             self._rewrite_findings()
         self._checkpoints.stop(timeout=min(1.0, _left(deadline) or 0.0))
+        self._stop_index_thread()
         progressed = self._final_flush(deadline)
         if progressed and self._index and not self._worker:
             self._write_index()
+        self._status_ended()
         self._closed = self._metrics.closed = True
         _OPEN_LOGGERS.discard(self)
         for message in (
@@ -653,7 +672,9 @@ class RunLogger:
             doctor=engine,
             on_finding=on_finding,
             findings_file=DOCTOR_FILE if engine is not None else None,
-            replay=(METRICS_FILE, self._replay_size()) if engine is not None and self._resumed else None,
+            replay=(METRICS_FILE, self._replay_size() if self._resumed else 0)
+            if engine is not None
+            else None,
         )
         self._metrics.tap = dispatcher.put_row
         return dispatcher
@@ -692,7 +713,8 @@ class RunLogger:
         Raises:
             ValueError: an empty name or one starting or ending with ``/``.
         """
-        return Timer(self._timings, name)
+        timers = self._timings.timers  # one reusable Timer per name: no allocation after the first call
+        return timers[name] if name in timers else self._timings.timer(name)
 
     def _write_spans(self, step: int) -> None:
         from rllog._format.layout import TIMING_SPANS_FILE
@@ -726,13 +748,15 @@ class RunLogger:
             _OPEN_LOGGERS.add(self)
             run_at_exit(_close_open_loggers)
 
-    def _write_index(self) -> None:
+    def _write_index(self, final: bool = True) -> None:
         """Write index.html (charts, doctor findings, report links) for the run as it now is.
 
         A metrics file up to :data:`INLINE_INDEX_BYTES` is indexed here (bounded cost);
         a larger one by a detached low-priority process (``python -m rllog._indexjob``), so
         close never re-reads a long run inside training. :attr:`index_url` is set either
-        way; from the job the page appears when it finishes (seconds to a minute)."""
+        way; from the job the page appears when it finishes (seconds to a minute).
+        ``final=False`` (the periodic rewrite of ``index_every``) starts no job while the
+        previous one still runs."""
         try:
             size = self.storage.size(METRICS_FILE)
         except FileNotFoundError:
@@ -741,7 +765,7 @@ class RunLogger:
             self._notes.warn_once("index", f"could not write index.html for {self.log_path}: {exc}")
             return
         if size > INLINE_INDEX_BYTES and not self.log_path.startswith("memory://"):
-            self._start_index_job()
+            self._start_index_job(final)
             return
         from rllog.index import write_index
 
@@ -752,17 +776,65 @@ class RunLogger:
                 "index", f"could not write index.html for {self.log_path}: {type(exc).__name__}: {exc}"
             )
 
-    def _start_index_job(self) -> None:
+    # -- run status marker and live index page (rllog serve, rllog index) ------------
+
+    def _status_started(self) -> None:
+        """Write run_status.json ``running`` (see :mod:`rllog._write.status`)."""
+        from rllog._write.status import mark_started
+
+        self._status_record = mark_started(self.storage, self._notes.warn_once)
+
+    def _status_ended(self) -> None:
+        """Rewrite run_status.json as ``finished`` (``failed`` when the ``with`` block raised)."""
+        record = getattr(self, "_status_record", None)
+        if record is not None and not self._worker:
+            from rllog._write.status import mark_ended
+
+            state = "failed" if getattr(self, "_exit_error", False) else "finished"
+            mark_ended(self.storage, record, state, self._notes.warn_once)
+
+    def _start_index_thread(self, every: float | None) -> None:
+        """Rewrite index.html every ``every`` seconds in a daemon thread until close."""
+        self._index_stop = threading.Event()
+        self._index_thread: threading.Thread | None = None
+        if every is None or self._worker:
+            return
+
+        def loop() -> None:
+            while not self._index_stop.wait(every):
+                self._write_index(final=False)
+
+        self._index_thread = threading.Thread(target=loop, name="rllog-index", daemon=True)
+        self._index_thread.start()
+
+    def _stop_index_thread(self) -> None:
+        stop, thread = getattr(self, "_index_stop", None), getattr(self, "_index_thread", None)
+        if stop is not None:
+            stop.set()
+        if thread is not None:
+            thread.join(timeout=60)
+
+    def _start_index_job(self, final: bool = True) -> None:
         """Start ``python -m rllog._indexjob`` detached and at low priority: through ``sh``'s
         ``&``, so the job is no child of the training process (nothing to reap, no zombie)
         and outlives it. Its stdout is discarded; its stderr is this process's, for its
         one-line failure message. The run's URL and storage options go in a private temp
         file (mode 0600) that the job deletes on reading, never on a command line. A
-        failure to start is warned about."""
+        failure to start is warned about.
+
+        At most one job writes at a time: while the previous job (its pid, echoed by
+        ``sh``) is alive, a periodic rewrite (``final=False``) starts none, and the final
+        one (at close) starts a job that first waits for the previous one to exit."""
         import pickle
         import subprocess
         import sys
         import tempfile
+
+        previous = getattr(self, "_index_job_pid", None)
+        if previous is not None and not _pid_alive(previous):
+            previous = None
+        if previous is not None and not final:
+            return
 
         options = getattr(self.storage, "storage_options", self._storage_options)
         package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -772,12 +844,12 @@ class RunLogger:
         try:
             fd, path = tempfile.mkstemp(prefix="rllog-index-job-", suffix=".pickle")
             with os.fdopen(fd, "wb") as f:
-                pickle.dump({"url": self.log_path, "options": dict(options)}, f)
-            subprocess.run(
+                pickle.dump({"url": self.log_path, "options": dict(options), "after": previous}, f)
+            started = subprocess.run(
                 [
                     "sh",
                     "-c",
-                    '"$@" >/dev/null </dev/null &',
+                    '"$@" >/dev/null </dev/null & echo $!',
                     "sh",
                     sys.executable,
                     "-m",
@@ -787,8 +859,12 @@ class RunLogger:
                 env=env,
                 check=True,
                 timeout=10,
+                capture_output=True,
             )
-        except (OSError, subprocess.SubprocessError, pickle.PicklingError, TypeError, AttributeError) as exc:
+            self._index_job_pid: int | None = int(started.stdout.split()[-1])
+        except (
+            OSError, subprocess.SubprocessError, pickle.PicklingError, TypeError, AttributeError, ValueError, IndexError,
+        ) as exc:  # fmt: skip
             if path is not None:
                 with contextlib.suppress(OSError):
                     os.unlink(path)
@@ -802,6 +878,7 @@ class RunLogger:
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
+        self._exit_error = exc_info[0] is not None
         self.close()
 
     def __repr__(self) -> str:
@@ -811,7 +888,7 @@ class RunLogger:
         """Pickles as configuration: a worker gets a logger for the same run that writes
         its own artifacts (and can append rows) but does not redo start-of-run work."""
         where = self.log_path if self._owns_storage else self.storage
-        return (_worker_logger, (where, self.strict_json, self._storage_options, os.getpid()))
+        return (_worker_logger, (where, self.strict_json, self._storage_options, os.getpid(), self.layout))
 
 
 def _resolve_sinks(report_to: Any) -> list[Any]:
@@ -838,14 +915,14 @@ class _Reported:
         from rllog._format.layout import artifact_name
 
         logger = self._logger
-        html = artifact_name(self._iteration, "html", self._eval_name)
+        html = artifact_name(self._iteration, "html", self._eval_name, logger.layout)
         logger._sinks.put(
             "log_report",
             {
                 "iteration": self._iteration,
                 "split": "train" if self._eval_name is None else f"eval/{self._eval_name}",
                 "html": html,
-                "json": artifact_name(self._iteration, "logtree", self._eval_name),
+                "json": artifact_name(self._iteration, "logtree", self._eval_name, logger.layout),
                 "url": f"{logger.log_path}/{html}",
             },
         )
@@ -883,10 +960,12 @@ class NullRunLogger(RunLogger):
         strict_json: bool = False,
         resume_key: str = "batch",
         console: bool = False,
+        layout: str = "flat",
         **_: Any,
     ) -> None:
         if not isinstance(log_path, (str, os.PathLike, Storage)):
             raise TypeError(f"log_path must be a path, a URL or a Storage, got {type(log_path).__name__}")
+        self.layout = check_layout(layout)
         self.rank = process_rank() if rank is None else int(rank)
         self.strict_json = strict_json
         self.resume_key = resume_key
@@ -941,6 +1020,27 @@ class NullRunLogger(RunLogger):
         return (NullRunLogger, (self.log_path,), {"rank": self.rank})
 
 
+def _pid_alive(pid: int) -> bool:
+    """True while process ``pid`` exists (signal 0 probes without signalling)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else (the pid was reused): not our job
+        return False
+    return True
+
+
+def _check_index_every(every: Any, index: bool) -> None:
+    """Raise ValueError unless ``index_every`` is None or seconds > 0 with ``index=True``."""
+    if every is None:
+        return
+    if isinstance(every, bool) or not isinstance(every, (int, float)) or not every > 0:
+        raise ValueError(f"RunLogger(index_every=...) must be a number of seconds > 0 or None, got {every!r}")
+    if not index:
+        raise ValueError("RunLogger(index_every=...) needs index=True (it rewrites index.html)")
+
+
 def _public_signature(init: Any) -> inspect.Signature:
     """``RunLogger.__init__``'s signature without ``self`` and private keywords: what
     ``help(RunLogger)`` and IDEs show (``__new__`` takes ``*args, **kwargs`` to pick the class)."""
@@ -972,7 +1072,11 @@ def _reject_local_options(log_path: Any, storage_options: dict[str, Any]) -> Non
 
 
 def _worker_logger(
-    log_path: str | Storage, strict_json: bool, storage_options: dict[str, Any], pid: int | None = None
+    log_path: str | Storage,
+    strict_json: bool,
+    storage_options: dict[str, Any],
+    pid: int | None = None,
+    layout: str = "flat",
 ) -> RunLogger:
     """The logger a pickled :class:`RunLogger` becomes (a worker of the same run).
 
@@ -988,5 +1092,11 @@ def _worker_logger(
             "Give workers in other processes a local path shared by them or a bucket URL (gs://, s3://)"
         )
     return RunLogger(
-        log_path, strict_json=strict_json, code_diff=False, rank=0, _worker=True, **storage_options
+        log_path,
+        strict_json=strict_json,
+        code_diff=False,
+        rank=0,
+        layout=layout,
+        _worker=True,
+        **storage_options,
     )

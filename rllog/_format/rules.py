@@ -71,10 +71,8 @@ from __future__ import annotations
 
 import collections
 import math
-import os
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
@@ -102,6 +100,7 @@ __all__ = [
     "ADVICE",
     "RuleEngine",
     "canonical",
+    "watched",
 ]
 
 
@@ -180,13 +179,15 @@ class Thresholds(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
         return Thresholds(**fields)
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike[str]) -> Thresholds:
-        """Read thresholds from a JSON or TOML file (by suffix) holding some of the fields.
+    def from_bytes(cls, data: bytes, where: str) -> Thresholds:
+        """Thresholds from the bytes of a JSON or TOML file (TOML when ``where`` ends in
+        ``.toml``) holding some of the fields; :func:`rllog.doctor.thresholds_from_file`
+        reads the file.
 
         Raises:
-            OSError: the file cannot be read. ValueError: bad content (unknown name, wrong type).
+            ValueError: bad content (not JSON/TOML, unknown name, wrong type), naming ``where``.
         """
-        data = Path(path).read_bytes()
+        path = where
         kind = "TOML" if str(path).endswith(".toml") else "JSON"
         try:
             fields = msgspec.toml.decode(data) if kind == "TOML" else msgspec.json.decode(data)
@@ -694,6 +695,15 @@ class RuleEngine:
 _MISSING: Any = object()
 #: every metric some rule looks at
 _RULE_KEYS = frozenset(CORE_KEYS).union(REWARD_KEYS, CLIPPED_KEYS)
+
+
+def watched(metric: str) -> bool:
+    """True when some rule looks at ``metric``'s finite values; any other metric is checked
+    only for NaN/Inf (a columnar caller may then feed :meth:`RuleEngine.feed_value` only its
+    non-finite cells and get the same findings)."""
+    return canonical(metric) in _RULE_KEYS
+
+
 #: the order findings of one severity are listed in (the order of the module docstring's table)
 _CHECK_ORDER = (
     "ratio", "clip_fraction", "approx_kl", "kl_negative", "kl_large", "clipped_completions",

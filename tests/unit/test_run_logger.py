@@ -706,7 +706,10 @@ def test_every_writing_call_after_close_raises_the_same_error(tmp_path):
         with pytest.raises(RuntimeError, match="on a closed RunLogger"):
             call()
             pytest.fail(f"{name} after close did not raise")
-    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == ["metrics.jsonl"]
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == [
+        "metrics.jsonl",
+        "run_status.json",  # the status marker (written at start and close)
+    ]
     assert (tmp_path / "metrics.jsonl").read_bytes() == b""
 
 
