@@ -18,7 +18,7 @@ rows, and so that two writers appending to one object never lose each other's ro
   on its offset: of two writers one wins, the other re-lists and goes after it), folded
   server-side (``UploadPartCopy``) into a bounded chunk; readers join the object and its
   segments; close composes them into one plain object. Upload cost: the new bytes
-  (plus at most 5 MiB once, and per close); 1 to 6 requests per flush whatever the
+  (plus at most 5 MiB once, and per close); 3 to 8 requests per flush whatever the
   file's size.
 - Anything else (``memory://``, other fsspec backends, :class:`GenericOps`): read the
   whole object and write it back. Correct for one writer per process (``memory://`` is
@@ -441,9 +441,11 @@ class S3Ops(ObjectOps):
     on the object, then deletes the segments it holds. A writer that dies before its
     close leaves segments that every reader sees and the next writer's close composes.
 
-    Cost per flush, flat in the file's size: the new bytes uploaded once; 1 PUT below
-    ``min_part``, then 6 requests (PUT, multipart create, 2 part copies, complete, one
-    batch delete) copying at most ``chunk_max`` bytes server-side. Uploaded in total:
+    Cost per flush, flat in the file's size: the new bytes uploaded once; 3 requests
+    below ``min_part`` (the PUT, then a list and a HEAD that check the claim: a writer
+    whose view is old may claim an offset whose segment was folded or composed away),
+    then 4 more (multipart create, 2 part copies, complete) and one batch delete,
+    copying at most ``chunk_max`` bytes server-side. Uploaded in total:
     the file's bytes, plus at most ``min_part`` once when it first passes ``min_part``
     and at most ``min_part`` per close, plus the whole file at close when it stays under
     ``min_part`` (S3 cannot join objects under 5 MiB server-side).
@@ -589,12 +591,17 @@ class S3Ops(ObjectOps):
             if isinstance(exc, FileExistsError) or classify(exc) == "conflict":
                 raise Conflict(f"{path}: another writer appended at byte {end} first") from exc
             raise
-        layout.pieces.append(piece)
-        layout.cover.append((piece, end, piece.end))
+        # a writer holding an old view may have claimed an offset whose segment was
+        # folded or composed away (and so free again): the file as listed now must read
+        # our bytes from our segment, else the claim is void
+        layout = self._layout(path)
+        if not any(p.key == piece.key for p, _, _ in layout.cover):
+            self._delete(where["Bucket"], [piece.key])
+            raise Conflict(f"{path}: byte {end} was already part of the file")
         try:  # the rows are safe in the data segment: chaining it into a chunk may fail
             self._chain(path, layout)
         except Exception:
-            return  # next append lists again; close composes whatever is there
+            return  # the next append lists again; close composes whatever is there
         with self._lock:
             self._known[path] = layout
 
