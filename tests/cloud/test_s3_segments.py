@@ -48,6 +48,10 @@ def test_every_row_is_readable_at_any_moment_and_close_leaves_one_plain_object(s
                     assert reader.size("metrics.jsonl") == len(done)
                     assert reader.read_range("metrics.jsonl", 50, 5000) == done[50:5000]
                     assert reader.list() == ["metrics.jsonl"]
+                    # flat per flush: no object grows past a chunk (what a flush copies server-side)
+                    sizes = storage.fs.du(f"{storage._root}/.rllog-parts", total=False).values()
+                    assert max(sizes) <= 3 * PART + 25 * 80
+                    assert not storage.fs.exists(f"{storage._root}/metrics.jsonl")
         total = sum(map(len, rows))
         assert total > 6 * 3 * PART  # many chunks sealed: the flat regime is exercised
         assert max(per_flush[len(per_flush) // 2 :]) <= max(per_flush[: len(per_flush) // 2])
@@ -96,7 +100,9 @@ def test_a_kill_before_compose_loses_nothing_and_the_next_close_composes(s3_serv
 
     url = f"s3://{s3_server.new_bucket()}/run"
     options = s3_server.storage_options()
-    done = subprocess.run([sys.executable, "-c", KILLED, url, json.dumps(options), "900"], capture_output=True)
+    done = subprocess.run(
+        [sys.executable, "-c", KILLED, url, json.dumps(options), "900"], capture_output=True
+    )
     assert done.returncode == -9, done.stderr
     rows = b"".join(b'{"step": %d}\n' % i for i in range(900))
     reader = ReadOnlyStorage(url, **options)
