@@ -712,13 +712,15 @@ class RunLogger:
             if sum(pending().values()) >= before or time.monotonic() >= deadline:
                 return False
 
-    def _write_index(self) -> None:
+    def _write_index(self, final: bool = True) -> None:
         """Write index.html (charts, doctor findings, report links) for the run as it now is.
 
         A metrics file up to :data:`INLINE_INDEX_BYTES` is indexed here (bounded cost);
         a larger one by a detached low-priority process (``python -m rllog._indexjob``), so
         close never re-reads a long run inside training. :attr:`index_url` is set either
-        way; from the job the page appears when it finishes (seconds to a minute)."""
+        way; from the job the page appears when it finishes (seconds to a minute).
+        ``final=False`` (the periodic rewrite of ``index_every``) starts no job while the
+        previous one still runs."""
         try:
             size = self.storage.size(METRICS_FILE)
         except FileNotFoundError:
@@ -727,7 +729,7 @@ class RunLogger:
             self._notes.warn_once("index", f"could not write index.html for {self.log_path}: {exc}")
             return
         if size > INLINE_INDEX_BYTES and not self.log_path.startswith("memory://"):
-            self._start_index_job()
+            self._start_index_job(final)
             return
         from rllog.index import write_index
 
@@ -764,7 +766,7 @@ class RunLogger:
 
         def loop() -> None:
             while not self._index_stop.wait(every):
-                self._write_index()
+                self._write_index(final=False)
 
         self._index_thread = threading.Thread(target=loop, name="rllog-index", daemon=True)
         self._index_thread.start()
@@ -776,17 +778,27 @@ class RunLogger:
         if thread is not None:
             thread.join(timeout=60)
 
-    def _start_index_job(self) -> None:
+    def _start_index_job(self, final: bool = True) -> None:
         """Start ``python -m rllog._indexjob`` detached and at low priority: through ``sh``'s
         ``&``, so the job is no child of the training process (nothing to reap, no zombie)
         and outlives it. Its stdout is discarded; its stderr is this process's, for its
         one-line failure message. The run's URL and storage options go in a private temp
         file (mode 0600) that the job deletes on reading, never on a command line. A
-        failure to start is warned about."""
+        failure to start is warned about.
+
+        At most one job writes at a time: while the previous job (its pid, echoed by
+        ``sh``) is alive, a periodic rewrite (``final=False``) starts none, and the final
+        one (at close) starts a job that first waits for the previous one to exit."""
         import pickle
         import subprocess
         import sys
         import tempfile
+
+        previous = getattr(self, "_index_job_pid", None)
+        if previous is not None and not _pid_alive(previous):
+            previous = None
+        if previous is not None and not final:
+            return
 
         options = getattr(self.storage, "storage_options", self._storage_options)
         package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -796,12 +808,12 @@ class RunLogger:
         try:
             fd, path = tempfile.mkstemp(prefix="rllog-index-job-", suffix=".pickle")
             with os.fdopen(fd, "wb") as f:
-                pickle.dump({"url": self.log_path, "options": dict(options)}, f)
-            subprocess.run(
+                pickle.dump({"url": self.log_path, "options": dict(options), "after": previous}, f)
+            started = subprocess.run(
                 [
                     "sh",
                     "-c",
-                    '"$@" >/dev/null </dev/null &',
+                    '"$@" >/dev/null </dev/null & echo $!',
                     "sh",
                     sys.executable,
                     "-m",
@@ -811,8 +823,12 @@ class RunLogger:
                 env=env,
                 check=True,
                 timeout=10,
+                capture_output=True,
             )
-        except (OSError, subprocess.SubprocessError, pickle.PicklingError, TypeError, AttributeError) as exc:
+            self._index_job_pid: int | None = int(started.stdout.split()[-1])
+        except (
+            OSError, subprocess.SubprocessError, pickle.PicklingError, TypeError, AttributeError, ValueError, IndexError,
+        ) as exc:  # fmt: skip
             if path is not None:
                 with contextlib.suppress(OSError):
                     os.unlink(path)
@@ -952,6 +968,17 @@ class NullRunLogger(RunLogger):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (NullRunLogger, (self.log_path,), {"rank": self.rank})
+
+
+def _pid_alive(pid: int) -> bool:
+    """True while process ``pid`` exists (signal 0 probes without signalling)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else (the pid was reused): not our job
+        return False
+    return True
 
 
 def _check_index_every(every: Any, index: bool) -> None:
