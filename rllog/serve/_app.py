@@ -145,7 +145,12 @@ def create_app(catalog: Catalog, *, token: str | None = None, hosts: list[str] |
             entry.refresh()
             out.append(entry.summary())
         return _Json(
-            {"runs": out, "roots": catalog.roots, "problems": catalog.problems, "key_metrics": list(KEY_METRICS)}
+            {
+                "runs": out,
+                "roots": catalog.roots,
+                "problems": catalog.problems,
+                "key_metrics": list(KEY_METRICS),
+            }
         )
 
     @one_run
