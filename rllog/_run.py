@@ -31,7 +31,7 @@ import threading
 from typing import Any, cast
 
 from rllog._format.codec import encode_json
-from rllog._format.layout import CHECKPOINTS_FILE, CODE_DIFF_FILE, CONFIG_FILE, METRICS_FILE
+from rllog._format.layout import CHECKPOINTS_FILE, CODE_DIFF_FILE, CONFIG_FILE, METRICS_FILE, artifact_name
 from rllog._format.records import ResumeState
 from rllog._write.checkpoints import CheckpointCommitter, checkpoint_record, read_checkpoints
 from rllog._write.metrics import MetricsWriter
@@ -434,6 +434,7 @@ class RunLogger:
         (``trace`` is None and logtree calls inside are no-ops).
         """
         self._check_open(f"iteration({iteration!r})")
+        artifact_name(iteration, "html")  # a bad iteration raises here, at the call
         self._check_rewrite("report", iteration, None)
         from rllog.logtree import iteration_trace
 
@@ -458,9 +459,17 @@ class RunLogger:
         file-name safe by :func:`rllog._format.layout.safe_eval_name`).
 
         Raises:
-            TypeError: ``name`` is not a str (raised at the ``with``, before the block runs).
+            TypeError: ``name`` is not a str (``None`` included: use :meth:`iteration` for
+                training), or ``iteration`` is not an int; raised at the call.
+            ValueError: ``iteration`` outside ``0 <= iteration < 2**63``; raised at the call.
         """
         self._check_open(f"evaluation({name!r}, {iteration!r})")
+        if not isinstance(name, str):
+            raise TypeError(
+                f"evaluation(name, iteration): name must be the evaluator's name, a str; got "
+                f"{type(name).__name__} {name!r:.40} (use iteration({iteration!r}) for a training iteration)"
+            )
+        artifact_name(iteration, "html", name)
         self._check_rewrite("report", iteration, name)
         from rllog.logtree import iteration_trace
 
@@ -511,6 +520,7 @@ class RunLogger:
                 the group, trajectory, step and key); nothing is written.
         """
         self._check_open(f"log_rollouts({iteration!r}, ...)")
+        artifact_name(iteration, "rollout_summaries", eval_name)  # a bad iteration or name raises first
         name, _, data = encode_rollouts(
             iteration,
             groups,
@@ -801,8 +811,6 @@ class _Reported:
 
     def __exit__(self, *exc: Any) -> Any:
         out = self._trace.__exit__(*exc)
-        from rllog._format.layout import artifact_name
-
         logger = self._logger
         html = artifact_name(self._iteration, "html", self._eval_name)
         logger._sinks.put(

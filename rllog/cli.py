@@ -5,9 +5,25 @@
 
 from __future__ import annotations
 
+import re
+
 import click
 
 __all__ = ["main"]
+
+#: C0/C1 control characters (newline and tab kept) and bidi overrides: a logged name or
+#: config value holding them could move the cursor, retitle or clear the user's terminal
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(text: str) -> str:
+    """``text`` with every control character written as ``\\uXXXX`` (valid inside JSON too)."""
+    return _CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def _echo(text: str, err: bool = False) -> None:
+    """Every line the CLI prints goes through here: control characters escaped."""
+    click.echo(_escape(text), err=err)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -78,6 +94,9 @@ class _CliError(click.ClickException):
 
     exit_code = 2
 
+    def format_message(self) -> str:
+        return _escape(self.message)
+
 
 def _error_text(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror and exc.filename:  # "[Errno 2] ..." -> what and where
@@ -134,8 +153,10 @@ def summary(run: str, keys: tuple[str, ...], as_json: bool, step_key: str | None
     from rllog._read.run import read_run
     from rllog._read.summary import format_summary, summarize
 
-    info = summarize(read_run(run, step_key=step_key), list(keys) or None)
-    click.echo(encode_json(info, indent=2).decode() if as_json else format_summary(info))
+    data = read_run(run, step_key=step_key)
+    _check_keys(keys, [data])
+    info = summarize(data, list(keys) or None)
+    _echo(encode_json(info, indent=2).decode() if as_json else format_summary(info))
 
 
 @main.command()
@@ -170,6 +191,7 @@ def tail(run: str, follow: bool, n_rows: int, keys: tuple[str, ...], interval: f
     import os
     import time
 
+    from rllog._format.vocab import STEP_KEYS, check_keys
     from rllog._read.run import MetricsTail
     from rllog.storage import open_storage
 
@@ -186,8 +208,16 @@ def tail(run: str, follow: bool, n_rows: int, keys: tuple[str, ...], interval: f
             f"no {name} in {storage.url}: expected a run folder or URI with metrics.jsonl, or a metrics .jsonl file"
         )
     reader = MetricsTail(storage, name)
+    seen: dict[str, None] = {}  # every key of the rows read so far, in order
 
     def show(rows: list[tuple[int, dict]]) -> None:
+        if keys and rows and not all(k in seen for k in keys):
+            for _, row in rows:
+                seen.update(dict.fromkeys(row))
+            try:
+                check_keys(keys, [k for k in seen if k not in STEP_KEYS], f"{storage.url}/{name}")
+            except ValueError as exc:
+                raise _CliError(str(exc)) from None
         for _, row in rows:
             if keys:
                 step = next((f"{k}={row[k]}" for k in ("step", "global_step", "_step") if k in row), "")
@@ -195,11 +225,11 @@ def tail(run: str, follow: bool, n_rows: int, keys: tuple[str, ...], interval: f
                     f"{k}={row[k]:.6g}" if isinstance(row.get(k), float) else f"{k}={row.get(k, '-')}"
                     for k in keys
                 ]
-                click.echo("  ".join([step, *cells]))
+                _echo("  ".join([step, *cells]))
             else:
-                click.echo(json.dumps(row, ensure_ascii=False))
+                _echo(json.dumps(row, ensure_ascii=False))
         for problem in reader.problems:
-            click.echo(f"warning: {problem}", err=True)
+            _echo(f"warning: {problem}", err=True)
         reader.problems.clear()
 
     def last(rows: list[tuple[int, dict]]) -> list[tuple[int, dict]]:
@@ -215,6 +245,15 @@ def tail(run: str, follow: bool, n_rows: int, keys: tuple[str, ...], interval: f
             show(last(rows) if reader.rewritten else rows)  # rewritten on resume: start over
     except KeyboardInterrupt:
         pass
+
+
+def _check_keys(keys: tuple[str, ...], runs: list) -> None:
+    """An unknown ``-k`` key is an error naming the closest keys of the runs (any run has it: fine)."""
+    from rllog._format.vocab import check_keys
+
+    if keys:
+        known = list(dict.fromkeys(c for r in runs for c in r.metrics.columns if c != r.step_key))
+        check_keys(keys, known, " or ".join(r.url for r in runs))
 
 
 def _metrics_location(run: str) -> tuple[str, str]:
@@ -250,7 +289,8 @@ def diff(run_a: str, run_b: str, keys: tuple[str, ...], show_all: bool, step_key
     from rllog._read.summary import format_diff
 
     a, b = read_run(run_a, step_key=step_key), read_run(run_b, step_key=step_key)
-    click.echo(format_diff(a, b, list(keys) or None, max_lines=None if show_all else 20))
+    _check_keys(keys, [a, b])
+    _echo(format_diff(a, b, list(keys) or None, max_lines=None if show_all else 20))
 
 
 @main.group(name="import")
@@ -261,11 +301,11 @@ def import_() -> None:
 def _report_import(report) -> None:
     span = f", steps {report.first_step}..{report.last_step}" if report.first_step is not None else ""
     aside = f", {report.superseded} superseded rows in metrics.superseded.jsonl" if report.superseded else ""
-    click.echo(
+    _echo(
         f"wrote {report.out}: {report.rows} rows{span}{aside}; config.json {'written' if report.config else 'none'}"
     )
     for note in report.notes:
-        click.echo(f"  {note}")
+        _echo(f"  {note}")
 
 
 @import_.command(name="trl")
@@ -339,7 +379,7 @@ def _list_thresholds(ctx: click.Context, _param: click.Parameter, value: bool) -
     defaults = [(f"{name} = {value}", name) for name, value in msgspec.structs.asdict(Thresholds()).items()]
     width = max(len(text) for text, _ in defaults)
     for text, name in defaults:
-        click.echo(f"{text:<{width}}  {THRESHOLD_HELP.get(name, '')}".rstrip())
+        _echo(f"{text:<{width}}  {THRESHOLD_HELP.get(name, '')}".rstrip())
     ctx.exit(0)
 
 
@@ -389,18 +429,17 @@ def doctor(run: str, as_json: bool, overrides: tuple[str, ...], config: str | No
     levels = {"warning": ("warning", "error"), "error": ("error",), "never": ()}[fail_on]
     failed = any(f.severity in levels for f in findings)
     if as_json:
-        click.echo(
+        _echo(
             json.dumps({"run": run, "ok": not failed, "findings": [f.to_dict() for f in findings]}, indent=2)
         )
     elif not findings:
-        click.echo(f"{run}: no problems found")
+        _echo(f"{run}: no problems found")
     else:
         styles = {"error": "red", "warning": "yellow", "info": "blue"}
         for f in findings:
-            click.echo(
-                click.style(f"{f.severity.upper():8}", fg=styles[f.severity], bold=True) + f" {f.message}"
-            )
-            click.echo(f"         try: {f.advice}")
+            label = click.style(f"{f.severity.upper():8}", fg=styles[f.severity], bold=True)
+            click.echo(f"{label} {_escape(f.message)}")  # our colour codes kept, the message's escaped
+            _echo(f"         try: {f.advice}")
     if failed:
         raise SystemExit(1)
 
@@ -441,7 +480,7 @@ def index(
     except (OSError, ValueError) as exc:
         raise _CliError(f"cannot write the index of {run}: {_error_text(exc)}") from None
     problems = sum(f.severity != "info" for f in findings)
-    click.echo(f"wrote {url}" + (f" ({problems} doctor findings)" if problems else ""))
+    _echo(f"wrote {url}" + (f" ({problems} doctor findings)" if problems else ""))
 
 
 @main.command()
@@ -481,5 +520,5 @@ def plot(runs: tuple[str, ...], keys: tuple[str, ...], out: str, x: str | None, 
     except (OSError, ValueError, ImportError) as exc:
         raise _CliError(_error_text(exc)) from None
     for w in caught:
-        click.echo(f"warning: {w.message}", err=True)
-    click.echo(f"wrote {out} ({len(lines)} lines)")
+        _echo(f"warning: {w.message}", err=True)
+    _echo(f"wrote {out} ({len(lines)} lines)")

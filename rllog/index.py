@@ -19,8 +19,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from rllog._format.codec import encode_html
 from rllog._format.redact import redact_tree
-from rllog._format.vocab import MAIN_METRICS
+from rllog._format.vocab import MAIN_METRICS, check_keys
 from rllog.storage import ReadOnlyStorage, Storage, open_storage
 
 if TYPE_CHECKING:
@@ -128,10 +129,10 @@ def render_index(
         else np.arange(n, dtype=float)
     )
     columns = _numeric_columns(metrics, key)
+    check_keys(keys, [c for c in metrics.columns if c != key], "this run")
     for k in keys:
         if k not in columns:
-            what = "has no numeric values" if k in metrics.columns else "is not a metric of this run"
-            raise ValueError(f"-k {k!r} {what}; numeric metrics: {list(columns)[:40]}")
+            raise ValueError(f"-k {k!r} has no numeric values; numeric metrics: {list(columns)[:40]}")
     worst: dict[str, str] = {}
     for f in reversed(findings):  # errors come first, so they win
         if f.metric:
@@ -235,13 +236,11 @@ def write_index(
     findings = diagnose(run.metrics, thresholds, nonfinite=run.nonfinite, step_key=run.step_key)
     if out is None:
         html = render_index(run, findings, thresholds=thresholds, keys=keys)
-        _write_into_run(
-            run.storage, run.index_name, html.encode("utf-8", "backslashreplace")
-        )  # surrogates as \udXXX
+        _write_into_run(run.storage, run.index_name, encode_html(html))
         return f"{run.url.rstrip('/')}/{run.index_name}", findings
     out = os.fspath(out)
     html = render_index(run, findings, thresholds=thresholds, keys=keys, base=_base_href(run.url, out))
-    write_bytes(out, html.encode("utf-8", "backslashreplace"))
+    write_bytes(out, encode_html(html))
     return out, findings
 
 

@@ -106,13 +106,15 @@ def artifact_name(iteration: int, kind: str, eval_name: str | None = None) -> st
     ``kind`` is ``"html"``, ``"logtree"`` or ``"rollout_summaries"``.
 
     Raises:
-        ValueError: unknown kind or a negative iteration.
-        TypeError: iteration not an int.
+        ValueError: unknown kind, or an iteration outside ``0 <= iteration < 2**63`` (the
+            range every JSON reader reads back as an int).
+        TypeError: iteration not an int, or ``eval_name`` neither None nor a str.
     """
     if isinstance(iteration, bool) or not isinstance(iteration, int):
         raise TypeError(f"iteration must be an int, got {type(iteration).__name__}: {iteration!r:.40}")
-    if iteration < 0:
-        raise ValueError(f"iteration must be >= 0, got {iteration}")
+    if not 0 <= iteration < 2**63:
+        shown = str(iteration) if iteration.bit_length() < 100 else f"an int of {iteration.bit_length()} bits"
+        raise ValueError(f"iteration must be >= 0 and < 2**63, got {shown}")
     try:
         suffix = ARTIFACT_KINDS[kind]
     except KeyError:
