@@ -520,7 +520,6 @@ class RunLogger:
                 the group, trajectory, step and key); nothing is written.
         """
         self._check_open(f"log_rollouts({iteration!r}, ...)")
-        artifact_name(iteration, "rollout_summaries", eval_name)  # a bad iteration or name raises first
         name, _, data = encode_rollouts(
             iteration,
             groups,

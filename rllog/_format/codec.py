@@ -178,6 +178,7 @@ def clean_strings(value: Any) -> Any:
     return value
 
 
+_TEXT_ONLY = ("title", "textarea", "script", "style")  # elements whose content is not markup
 _LONE = re.compile("[\ud800-\udfff]")
 _BAD_CHAR_MARK = (
     '<mark class="rllog-bad-char" title="lone surrogate U+{:04X}: not valid text, shown as U+FFFD">'
@@ -188,7 +189,8 @@ _BAD_CHAR_MARK = (
 def encode_html(page: str) -> bytes:
     """An HTML page as UTF-8 bytes; each lone surrogate is shown as a marked U+FFFD
     (``<mark class="rllog-bad-char" title="lone surrogate U+D835...">``) in text, or a bare
-    U+FFFD inside a tag, never as the six characters ``\\ud835`` a model could have written.
+    U+FFFD inside a tag or a text-only element (``<title>``...), never as the six
+    characters ``\\ud835`` a model could have written.
 
     Every logged string reaches the page escaped, so a ``<`` after the last ``>`` before a
     character means it is inside a tag (an attribute value)."""
@@ -201,7 +203,8 @@ def encode_html(page: str) -> bytes:
     def mark(m: re.Match[str]) -> str:
         i = m.start()
         in_tag = page.rfind("<", 0, i) > page.rfind(">", 0, i)
-        return "\ufffd" if in_tag else _BAD_CHAR_MARK.format(ord(m.group()))
+        in_text_only = any(page.rfind(f"<{t}", 0, i) > page.rfind(f"</{t}", 0, i) for t in _TEXT_ONLY)
+        return "\ufffd" if in_tag or in_text_only else _BAD_CHAR_MARK.format(ord(m.group()))
 
     return _LONE.sub(mark, page).encode("utf-8")
 
