@@ -271,8 +271,17 @@ class RunLogger:
     def _resume(self, storage: Storage) -> None:
         """Choose the record and the point (rllog._write.resume_point), then move rows
         (supersede) and the crashed run's reports (move_reports_aside) past it."""
+        from rllog._write.resume import damaged_lines
         from rllog._write.resume_point import choose_record, move_reports_aside, resume_point
 
+        for name in (METRICS_FILE, CHECKPOINTS_FILE):
+            damaged = damaged_lines(storage, name)
+            if damaged:
+                more = f"; and {len(damaged) - 3} more" if len(damaged) > 3 else ""
+                self._notes.note(
+                    f"{storage.url}/{name} has {len(damaged)} damaged line(s) that every reader skips "
+                    f"(the rows on them are lost to readers): {'; '.join(damaged[:3])}{more}"
+                )
         records = read_checkpoints(storage, self.warnings)
         rec = choose_record(records, self.resume_key, self.resume_require, self._notes.note)
         if rec is not None:

@@ -176,6 +176,16 @@ def render_index(
                 "name": rep.name,
             }
         )
+    superseded: dict[int, list[Any]] = {}
+    for art in run.superseded:
+        what = "report" if art.kind == "html" else "rollout summaries"
+        superseded.setdefault(art.iteration, []).append(
+            {
+                "href": base + quote(art.name),
+                "label": f"{'train' if art.split == 'train' else f'eval {art.eval_name}'} {what}",
+                "name": art.name,
+            }
+        )
     counts = {s: sum(f.severity == s for f in findings) for s in ("error", "warning", "info")}
     finite_steps = steps[steps >= 0]
     template = environment().get_template("index.html")
@@ -199,6 +209,7 @@ def render_index(
         ],
         ckpt_cols=ckpt_cols,
         iterations=sorted(by_iteration.items()),
+        superseded=sorted(superseded.items()),
         warnings=run.warnings,
         thresholds=thresholds,
     )
@@ -230,10 +241,12 @@ def write_index(
         numeric metric of the run. OSError/StorageError: the page could not be written.
     """
     from rllog._read.view import open_run, write_bytes
-    from rllog.doctor import diagnose
+    from rllog.doctor import damage_findings, diagnose
 
     run = open_run(log_path)
     findings = diagnose(run.metrics, thresholds, nonfinite=run.nonfinite, step_key=run.step_key)
+    errors = [f for f in findings if f.severity == "error"]
+    findings = errors + damage_findings(run.damaged) + findings[len(errors) :]
     if out is None:
         html = render_index(run, findings, thresholds=thresholds, keys=keys)
         _write_into_run(run.storage, run.index_name, encode_html(html))

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 __all__ = [
     "METRICS_FILE",
     "SUPERSEDED_FILE",
+    "SUPERSEDED_DIR",
     "CONFIG_FILE",
     "CODE_DIFF_FILE",
     "CHECKPOINTS_FILE",
@@ -41,12 +42,16 @@ __all__ = [
     "artifact_name",
     "parse_artifact_name",
     "parse_iteration_file",
+    "parse_superseded_file",
 ]
 
 #: one JSON object per logged step, ``"step"`` first
 METRICS_FILE = "metrics.jsonl"
 #: rows moved out of metrics.jsonl on resume (steps at or past the resume point), byte for byte
 SUPERSEDED_FILE = "metrics.superseded.jsonl"
+#: folder the crashed run's iteration reports and rollout summaries are moved to on resume
+#: (``superseded/train_iteration_000012.html``; a second copy of one name gets ``.2``...)
+SUPERSEDED_DIR = "superseded"
 #: the training config, indented JSON; an older copy is kept as ``config.<UTC time>.json``
 CONFIG_FILE = "config.json"
 #: commit, ``git diff HEAD`` and untracked files at start
@@ -192,5 +197,22 @@ def parse_iteration_file(name: str) -> Artifact | None:
         parsed = parse_artifact_name(f"{m[2]}_iteration_{m[1]}{m[3]}")
         if parsed is None:
             return None
+    split, eval_name, iteration, kind = parsed
+    return Artifact(name, split, eval_name, iteration, kind)
+
+
+_COPY_SUFFIX = re.compile(r"\.([2-9]|[1-9]\d+)$")
+
+
+def parse_superseded_file(name: str) -> Artifact | None:
+    """The :class:`Artifact` of a report moved aside on resume
+    (``superseded/train_iteration_000012.html`` or ``...html.2``; ``name`` is the full
+    name inside the run), else None."""
+    folder, sep, base = name.partition("/")
+    if folder != SUPERSEDED_DIR or not sep or "/" in base:
+        return None
+    parsed = parse_artifact_name(_COPY_SUFFIX.sub("", base))
+    if parsed is None:
+        return None
     split, eval_name, iteration, kind = parsed
     return Artifact(name, split, eval_name, iteration, kind)

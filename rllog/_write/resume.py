@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from rllog._format.codec import decode_json
-from rllog._format.jsonl import row_step
+from rllog._format.jsonl import parse_lines, row_step
 from rllog._format.layout import LOCK_FILE, METRICS_FILE, SUPERSEDED_FILE, TORN_SUFFIX
 from rllog.errors import StorageError
 from rllog.storage import LocalStorage, Storage
@@ -176,6 +176,29 @@ def _iter_file_lines(storage: Storage, name: str, size: int) -> Iterator[tuple[i
         rest = block[cut:]
 
 
+def damaged_lines(storage: Storage, name: str) -> list[str]:
+    """One message per line of ``name`` that is not a JSON object (what every reader
+    skips), with its line number; streamed in :data:`_CHUNK`-byte batches, each checked
+    by one msgspec call when clean (:func:`rllog._format.jsonl.parse_lines`)."""
+    try:
+        size = storage.size(name)
+    except FileNotFoundError:
+        return []
+    problems: list[str] = []
+    batch: list[bytes] = []
+    first = 1
+    for lineno, _, raw in _iter_file_lines(storage, name, size):
+        if not batch:
+            first = lineno
+        batch.append(raw if raw.endswith(b"\n") else raw + b"\n")
+        if len(batch) >= 4096:
+            problems += parse_lines(b"".join(batch), name, first)[1]
+            batch = []
+    if batch:
+        problems += parse_lines(b"".join(batch), name, first)[1]
+    return problems
+
+
 def supersede(storage: Storage, point: int, note: Callable[..., None]) -> None:
     """Move metric rows whose position (:func:`resume_position`) is >= ``point`` to
     metrics.superseded.jsonl: appended there and made durable first, then cut from
@@ -198,14 +221,13 @@ def supersede(storage: Storage, point: int, note: Callable[..., None]) -> None:
     n_moved = n_kept = 0
     batch: list[bytes] = []
     batch_bytes = 0
-    for lineno, offset, raw in _iter_file_lines(storage, METRICS_FILE, size):
+    for _lineno, offset, raw in _iter_file_lines(storage, METRICS_FILE, size):
         line = raw.rstrip(b"\r\n")
         if not line.strip():
             continue
         try:
             step = resume_position(line)
-        except ValueError:
-            note(f"{storage.url}/{METRICS_FILE} line {lineno}: not JSON; kept in place")
+        except ValueError:  # reported by damaged_lines, at every resume
             step = None
         if isinstance(step, (int, float)) and step >= point:
             n_moved += 1
