@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from realdata import FULL, REALDATA, SKIP_PREFIX
 
 from rllog import RunLogger
 from rllog.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
-REALDATA = REPO.parent / "shared" / "realdata"
 
 
 def make_run(path, lr: float, n: int = 5) -> None:
@@ -96,8 +96,8 @@ def test_tail_prints_the_last_rows(tmp_path):
 
 
 def test_import_commands_then_summary(tmp_path):
-    if not REALDATA.is_dir():
-        pytest.skip(f"real data folder {REALDATA} is missing")
+    if not FULL:
+        pytest.skip(f"{SKIP_PREFIX} {REALDATA} is missing; this test imports files not in the small copy")
     state = next(REALDATA.rglob("checkpoint-160/trainer_state.json"))
     out = invoke("import", "trl", str(state), str(tmp_path / "trl"))
     assert "168 rows, steps 1..160; config.json written" in out
