@@ -242,6 +242,15 @@ class RunLogger:
 
     def _start(self, resume: bool) -> None:
         storage = self.storage
+        outage = getattr(storage, "outage_at_open", None)  # FsspecStorage's probe did not get through
+        if outage is not None:  # each start-up read would wait request_timeout x 5 attempts: skip them
+            if resume:
+                raise StorageError(f"cannot resume {storage.url}: it is unreachable ({outage})")
+            self._notes.note(
+                f"{storage.url} is unreachable at open ({outage}); skipped the check for torn last lines. "
+                "Rows are kept locally and uploaded when it answers."
+            )
+            return
         try:
             self._start_checks(resume)
         except OSError as exc:

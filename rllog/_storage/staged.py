@@ -364,6 +364,7 @@ class FsspecStorage:
                     f"cannot write a run to {self.url}: {type(exc).__name__}: {exc}. "
                     "Check the bucket name and the credentials (storage_options)."
                 ) from exc
+            self.outage_at_open = f"{type(exc).__name__}: {exc}"  # RunLogger skips its start-up reads
             self._warn_once(
                 "outage",
                 f"rllog: {self.url} is unreachable at open ({type(exc).__name__}: {exc}); "
