@@ -522,3 +522,96 @@ def plot(runs: tuple[str, ...], keys: tuple[str, ...], out: str, x: str | None, 
     for w in caught:
         _echo(f"warning: {w.message}", err=True)
     _echo(f"wrote {out} ({len(lines)} lines)")
+
+
+# --- spill journals: bytes a cloud writer staged locally and never uploaded (issue 13) ---------
+
+
+@main.group()
+def spill() -> None:
+    """Spill journals: what writers to gs://, s3://... staged on this machine and never
+    uploaded (a killed process, a bucket down at close). Kept in $RLLOG_SPILL_DIR or
+    ~/.cache/rllog/spill; the next writer of the same run on this machine uploads them first.
+    """
+
+
+def _orphans(urls: tuple[str, ...]) -> list:
+    from rllog._storage.spill import list_journals
+
+    found = [j for j in list_journals() if j.orphan and (not urls or j.url in urls)]
+    unknown = [u for u in urls if u not in {j.url for j in found}]
+    if unknown:
+        raise _CliError(f"no orphaned spill journal for {', '.join(unknown)}; `rllog spill list` shows them")
+    return found
+
+
+def _describe(j) -> str:
+    import time
+
+    age = time.time() - j.modified
+    when = f"{age / 3600:.1f} h" if age >= 3600 else f"{age / 60:.0f} min"
+    files = ", ".join(f"{n} ({b} B)" for n, b in sorted(j.pending.items())) or "nothing left to upload"
+    state = "orphaned" if j.orphan else "live writer"
+    return f"{j.url}  [{state}, {when} old]  {files}\n    {j.folder}"
+
+
+@spill.command("list")
+@_clean_errors
+def spill_list() -> None:
+    """List every spill journal: its run URL, whether its writer is gone, the bytes not uploaded."""
+    from rllog._storage.spill import list_journals, spill_root
+
+    journals = list_journals()
+    if not journals:
+        _echo(f"no spill journals in {spill_root()}")
+        return
+    for j in journals:
+        _echo(_describe(j))
+
+
+@spill.command("upload")
+@click.argument("urls", nargs=-1)
+@_clean_errors
+def spill_upload(urls: tuple[str, ...]) -> None:
+    """Upload orphaned journals (all, or those of the run URLS) the way the next writer of
+    the run does: open the run, which adopts them, and close it. Credentials and endpoints
+    come from the environment, as for every command. Exit code 1 when bytes are left."""
+    import warnings
+
+    from rllog.storage import open_storage
+
+    failed = 0
+    for url in dict.fromkeys(j.url for j in _orphans(urls)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            storage = open_storage(url)
+            storage.close()
+            left = sum(storage.pending().values())
+        if left:
+            failed += 1
+            why = "; ".join(str(w.message) for w in caught)[:400]
+            _echo(f"{url}: {left} byte(s) still not uploaded, kept in the journal ({why})", err=True)
+        else:
+            _echo(f"{url}: uploaded")
+    if failed:
+        raise SystemExit(1)
+
+
+@spill.command("clear")
+@click.argument("urls", nargs=-1)
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@_clean_errors
+def spill_clear(urls: tuple[str, ...], yes: bool) -> None:
+    """Delete orphaned journals (all, or those of the run URLS): their bytes are lost.
+    Journals of live writers are never touched."""
+    from rllog._storage.spill import clear_journal
+
+    found = _orphans(urls)
+    if not found:
+        _echo("no orphaned spill journals")
+        return
+    total = sum(sum(j.pending.values()) for j in found)
+    if not yes:
+        click.confirm(f"delete {len(found)} orphaned journal(s), {total} byte(s) never uploaded?", abort=True)
+    for j in found:
+        _echo(f"{j.url}: {'deleted' if clear_journal(j) else 'kept (a writer took it meanwhile)'} {j.folder}")
