@@ -234,3 +234,10 @@ def test_cli_output_has_no_control_characters(hostile_run: Path, args: list[str]
     assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e]", result.output), repr(result.output)
     if args[0] == "summary":
         assert "\\u001b" in result.output  # shown escaped, not dropped
+
+
+def test_rollout_metric_names_with_a_lone_surrogate_are_refused(tmp_path: Path) -> None:
+    with RunLogger(tmp_path / "run") as logger:
+        with pytest.raises(TypeError, match="lone surrogate"):
+            logger.log_rollouts(0, [[{"steps": [{"reward": 1.0, "metrics": {"bad\ud800": 1.0}}]}]])
+    assert not list((tmp_path / "run").glob("*rollout_summaries*"))
