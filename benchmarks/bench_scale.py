@@ -6,7 +6,9 @@ Each measurement runs in a fresh subprocess (peak RSS from ``resource.getrusage`
 - close: ``RunLogger.close()`` after ROWS rows x KEYS keys (index on), in seconds and
   peak RSS added by close; baseline: the same with ``index=False`` (the floor).
 - resume: ``RunLogger(resume=True)`` on a metrics file of ROWS x KEYS whose last half
-  is superseded; baseline: one streaming pass over the file (``for line in f``).
+  is superseded (read the file, write half of it to metrics.superseded.jsonl, fsync,
+  truncate); resume_keep: the same where the checkpoint is past every row (nothing
+  moves); baseline: one streaming pass over the file (``for line in f``).
 
     PYTHONPATH=. python benchmarks/bench_scale.py --rows 100000 --keys 100
 """
@@ -54,7 +56,7 @@ def child(what: str, path: str, rows: int, keys: int) -> dict:
     return json.loads(out.stdout.decode().strip().splitlines()[-1])
 
 
-def make_resume_run(path: str, rows: int, keys: int) -> None:
+def make_resume_run(path: str, rows: int, keys: int, batch: int | None = None) -> None:
     import os
 
     os.makedirs(path, exist_ok=True)
@@ -65,7 +67,7 @@ def make_resume_run(path: str, rows: int, keys: int) -> None:
                 + "\n"
             )
     with open(os.path.join(path, "checkpoints.jsonl"), "w") as f:
-        f.write(json.dumps({"name": "half", "batch": rows // 2}) + "\n")
+        f.write(json.dumps({"name": "half", "batch": rows // 2 if batch is None else batch}) + "\n")
 
 
 def main() -> None:
@@ -73,16 +75,25 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=100_000)
     ap.add_argument("--keys", type=int, default=100)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--only", choices=("close", "resume"), help="measure only this (and its baseline)")
     a = ap.parse_args()
-    res: dict[str, list[dict]] = {k: [] for k in ("close", "close_noindex", "resume", "stream")}
+    res: dict[str, list[dict]] = {
+        k: [] for k in ("close", "close_noindex", "resume", "resume_keep", "stream")
+    }
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(a.repeat):
-            for what in ("close", "close_noindex"):
+            for what in ("close", "close_noindex") if a.only != "resume" else ():
                 res[what].append(child(what, f"{tmp}/{what}{r}", a.rows, a.keys))
+            if a.only == "close":
+                continue
             make_resume_run(f"{tmp}/resume{r}", a.rows, a.keys)
             res["stream"].append(child("stream", f"{tmp}/resume{r}", a.rows, a.keys))
             res["resume"].append(child("resume", f"{tmp}/resume{r}", a.rows, a.keys))
+            make_resume_run(f"{tmp}/keep{r}", a.rows, a.keys, batch=a.rows)
+            res["resume_keep"].append(child("resume", f"{tmp}/keep{r}", a.rows, a.keys))
     for what, runs in res.items():
+        if not runs:
+            continue
         secs = [x["seconds"] for x in runs]
         mib = [x["rss_added"] / 2**20 for x in runs]
         print(
@@ -90,9 +101,20 @@ def main() -> None:
             f"  peak RSS added median {statistics.median(mib):7.1f} MiB"
         )
     ratio = [c["seconds"] / n["seconds"] for c, n in zip(res["close"], res["close_noindex"], strict=True)]
-    print(f"close/close_noindex  median {statistics.median(ratio):.2f}x [{min(ratio):.2f}-{max(ratio):.2f}]")
+    if ratio:
+        print(
+            f"close/close_noindex  median {statistics.median(ratio):.2f}x [{min(ratio):.2f}-{max(ratio):.2f}]"
+        )
     ratio = [c["seconds"] / n["seconds"] for c, n in zip(res["resume"], res["stream"], strict=True)]
-    print(f"resume/stream        median {statistics.median(ratio):.2f}x [{min(ratio):.2f}-{max(ratio):.2f}]")
+    if ratio:
+        print(
+            f"resume/stream        median {statistics.median(ratio):.2f}x [{min(ratio):.2f}-{max(ratio):.2f}]"
+        )
+    ratio = [c["seconds"] / n["seconds"] for c, n in zip(res["resume_keep"], res["stream"], strict=True)]
+    if ratio:
+        print(
+            f"resume_keep/stream   median {statistics.median(ratio):.2f}x [{min(ratio):.2f}-{max(ratio):.2f}]"
+        )
 
 
 if __name__ == "__main__":

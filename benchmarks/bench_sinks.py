@@ -22,7 +22,7 @@ import time
 import warnings
 
 from rllog import RunLogger
-from rllog.sinks import Console, TensorBoard, Wandb
+from rllog.sinks import Console, TensorBoard, Trackio, Wandb
 
 
 def rows(n: int) -> list[dict[str, float]]:
@@ -44,6 +44,7 @@ CONFIGS = {
     "console": lambda: {"report_to": Console(stream=open(os.devnull, "w"))},  # closed with the process
     "tensorboard": lambda: {"report_to": TensorBoard()},
     "wandb": lambda: {"report_to": _quiet_wandb()},
+    "trackio": lambda: {"report_to": Trackio(project="bench")},  # $TRACKIO_DIR: set below to the temp folder
     "all": lambda: {"report_to": [TensorBoard(), _quiet_wandb(), Console(stream=open(os.devnull, "w"))]},
     "doctor": lambda: {"doctor": True},
 }
@@ -129,6 +130,7 @@ def main() -> None:
     results: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as root:
         os.environ.setdefault("WANDB_DIR", root)
+        os.environ.setdefault("TRACKIO_DIR", os.path.join(root, "trackio"))
         for _ in range(args.repeats):
             for name in CONFIGS:
                 results.setdefault(name, []).append(per_call_rllog(name, data, root))

@@ -31,7 +31,14 @@ import threading
 from typing import Any, cast
 
 from rllog._format.codec import encode_json
-from rllog._format.layout import CHECKPOINTS_FILE, CODE_DIFF_FILE, CONFIG_FILE, METRICS_FILE, artifact_name
+from rllog._format.layout import (
+    CHECKPOINTS_FILE,
+    CODE_DIFF_FILE,
+    CONFIG_FILE,
+    METRICS_FILE,
+    artifact_name,
+    check_layout,
+)
 from rllog._format.records import ResumeState
 from rllog._write.checkpoints import CheckpointCommitter, checkpoint_record, read_checkpoints
 from rllog._write.metrics import MetricsWriter
@@ -40,7 +47,7 @@ from rllog._write.notes import Notes
 from rllog._write.rank import process_rank
 from rllog._write.resume import lock_run, repair_torn_tail, supersede, timestamped, unlock_run
 from rllog._write.rollouts import RolloutFiles, encode_rollouts
-from rllog._write.timing import Timer, Timings
+from rllog._write.timing import Timings
 from rllog.errors import StorageError
 from rllog.storage import FsspecStorage, LocalStorage, Storage, open_storage
 
@@ -94,6 +101,9 @@ class RunLogger:
             process writes it (close stays ~ms whatever the run's length; the page
             appears when that process finishes). ``memory://`` runs are indexed inside
             ``close`` (another process cannot see them).
+        index_every: also rewrite ``index.html`` every this many seconds while the run
+            goes on (a background thread; a killed run keeps its last page). None
+            (default): only at close. Needs ``index=True``.
         shared: join a run that another process is writing (e.g. a separate evaluation
             process adding its reports): no lock, no start-up repair or resume; rows
             are appended to the same files. Without it, opening a local run that
@@ -117,6 +127,11 @@ class RunLogger:
         sink_queue_size: items the sinks' queue holds; past it rows are dropped from the
             sinks (counted and reported; metrics.jsonl keeps them).
         timing_spans: also write each :meth:`timer` span to ``timing_spans.jsonl``.
+        layout: how per-iteration files are named: ``"flat"`` (default,
+            ``train_iteration_NNNNNN.html``...) or ``"tinker"`` (tinker-cookbook 0.6's
+            ``iteration_NNNNNN/train.html``, ``iteration_NNNNNN/train_rollout_summaries.jsonl``,
+            ``iteration_NNNNNN/eval_<name>_logtree.json``...), so tinker-cookbook's
+            ``TrainingRunStore`` and dashboard read the run. ValueError for any other value.
         storage_options: passed to fsspec for URLs (``token=``, ``endpoint_url=``...).
 
     Raises:
@@ -153,12 +168,14 @@ class RunLogger:
         console: bool = False,
         shared: bool = False,
         index: bool = True,
+        index_every: float | None = None,
         report_to: Any = None,
         doctor: bool | Any = False,
         on_finding: Any = None,
         sink_timeout: float = 30.0,
         sink_queue_size: int = 10_000,
         timing_spans: bool = False,
+        layout: str = "flat",
         _worker: bool = False,
         **storage_options: Any,
     ) -> None:
@@ -167,7 +184,9 @@ class RunLogger:
                 "RunLogger(shared=True, resume=True): a shared logger joins a run another process "
                 "writes, and that process owns its resume; pass one of them"
             )
+        _check_index_every(index_every, index)
         _reject_local_options(log_path, storage_options)
+        self.layout = check_layout(layout)
         sinks = _resolve_sinks(report_to)  # misuse and missing trackers fail before anything is opened
         self.rank = process_rank() if rank is None else int(rank)
         self.is_writer = True
@@ -201,6 +220,7 @@ class RunLogger:
                     "pass shared=True to add this process's rows and reports to the same run on purpose"
                 )
             self._start(resume)
+            self._status_started()
         warn = self._notes.warn_once
         self._metrics = MetricsWriter(self.storage, strict_json=strict_json, console=console, warn=warn)
         self._timings = Timings(timing_spans)
@@ -228,6 +248,7 @@ class RunLogger:
                 target=self._write_code_diff, name="rllog-code-diff", daemon=True
             )
             self._diff_thread.start()
+        self._start_index_thread(index_every)
 
     @property
     def console(self) -> bool:
@@ -464,6 +485,7 @@ class RunLogger:
                 title=title,
                 strict_json=self.strict_json,
                 warn=self._notes.warn_once,
+                layout=self.layout,
             ),
             iteration,
             None,
@@ -500,6 +522,7 @@ class RunLogger:
                 title=title,
                 strict_json=self.strict_json,
                 warn=self._notes.warn_once,
+                layout=self.layout,
             ),
             iteration,
             name,
@@ -546,6 +569,7 @@ class RunLogger:
             tags=tags,
             sampling_client_step=sampling_client_step,
             strict_json=self.strict_json,
+            layout=self.layout,
         )
         self._check_rewrite(
             "rollout summaries file", iteration, eval_name
@@ -602,9 +626,11 @@ class RunLogger:
                 if isinstance(self.storage, FsspecStorage)
                 else _DEFAULT_CLOSE_TIMEOUT
             )
+        self._stop_index_thread()
         progressed = self._final_flush(timeout)
         if progressed and self._index and not self._worker:
             self._write_index()
+        self._status_ended()
         self._closed = self._metrics.closed = True
         for message in (
             self._rollouts.save_elsewhere(),
@@ -690,7 +716,8 @@ class RunLogger:
         Raises:
             ValueError: an empty name or one starting or ending with ``/``.
         """
-        return Timer(self._timings, name)
+        timers = self._timings.timers  # one reusable Timer per name: no allocation after the first call
+        return timers[name] if name in timers else self._timings.timer(name)
 
     def _write_spans(self, step: int) -> None:
         from rllog._format.layout import TIMING_SPANS_FILE
@@ -745,6 +772,44 @@ class RunLogger:
                 "index", f"could not write index.html for {self.log_path}: {type(exc).__name__}: {exc}"
             )
 
+    # -- run status marker and live index page (rllog serve, rllog index) ------------
+
+    def _status_started(self) -> None:
+        """Write run_status.json ``running`` (see :mod:`rllog._write.status`)."""
+        from rllog._write.status import mark_started
+
+        self._status_record = mark_started(self.storage, self._notes.warn_once)
+
+    def _status_ended(self) -> None:
+        """Rewrite run_status.json as ``finished`` (``failed`` when the ``with`` block raised)."""
+        record = getattr(self, "_status_record", None)
+        if record is not None and not self._worker:
+            from rllog._write.status import mark_ended
+
+            state = "failed" if getattr(self, "_exit_error", False) else "finished"
+            mark_ended(self.storage, record, state, self._notes.warn_once)
+
+    def _start_index_thread(self, every: float | None) -> None:
+        """Rewrite index.html every ``every`` seconds in a daemon thread until close."""
+        self._index_stop = threading.Event()
+        self._index_thread: threading.Thread | None = None
+        if every is None or self._worker:
+            return
+
+        def loop() -> None:
+            while not self._index_stop.wait(every):
+                self._write_index()
+
+        self._index_thread = threading.Thread(target=loop, name="rllog-index", daemon=True)
+        self._index_thread.start()
+
+    def _stop_index_thread(self) -> None:
+        stop, thread = getattr(self, "_index_stop", None), getattr(self, "_index_thread", None)
+        if stop is not None:
+            stop.set()
+        if thread is not None:
+            thread.join(timeout=60)
+
     def _start_index_job(self) -> None:
         """Start ``python -m rllog._indexjob`` detached and at low priority: through ``sh``'s
         ``&``, so the job is no child of the training process (nothing to reap, no zombie)
@@ -795,6 +860,7 @@ class RunLogger:
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
+        self._exit_error = exc_info[0] is not None
         self.close()
 
     def __repr__(self) -> str:
@@ -804,7 +870,7 @@ class RunLogger:
         """Pickles as configuration: a worker gets a logger for the same run that writes
         its own artifacts (and can append rows) but does not redo start-of-run work."""
         where = self.log_path if self._owns_storage else self.storage
-        return (_worker_logger, (where, self.strict_json, self._storage_options, os.getpid()))
+        return (_worker_logger, (where, self.strict_json, self._storage_options, os.getpid(), self.layout))
 
 
 def _resolve_sinks(report_to: Any) -> list[Any]:
@@ -829,14 +895,14 @@ class _Reported:
     def __exit__(self, *exc: Any) -> Any:
         out = self._trace.__exit__(*exc)
         logger = self._logger
-        html = artifact_name(self._iteration, "html", self._eval_name)
+        html = artifact_name(self._iteration, "html", self._eval_name, logger.layout)
         logger._sinks.put(
             "log_report",
             {
                 "iteration": self._iteration,
                 "split": "train" if self._eval_name is None else f"eval/{self._eval_name}",
                 "html": html,
-                "json": artifact_name(self._iteration, "logtree", self._eval_name),
+                "json": artifact_name(self._iteration, "logtree", self._eval_name, logger.layout),
                 "url": f"{logger.log_path}/{html}",
             },
         )
@@ -860,10 +926,12 @@ class NullRunLogger(RunLogger):
         strict_json: bool = False,
         resume_key: str = "batch",
         console: bool = False,
+        layout: str = "flat",
         **_: Any,
     ) -> None:
         if not isinstance(log_path, (str, os.PathLike, Storage)):
             raise TypeError(f"log_path must be a path, a URL or a Storage, got {type(log_path).__name__}")
+        self.layout = check_layout(layout)
         self.rank = process_rank() if rank is None else int(rank)
         self.strict_json = strict_json
         self.resume_key = resume_key
@@ -918,6 +986,16 @@ class NullRunLogger(RunLogger):
         return (NullRunLogger, (self.log_path,), {"rank": self.rank})
 
 
+def _check_index_every(every: Any, index: bool) -> None:
+    """Raise ValueError unless ``index_every`` is None or seconds > 0 with ``index=True``."""
+    if every is None:
+        return
+    if isinstance(every, bool) or not isinstance(every, (int, float)) or not every > 0:
+        raise ValueError(f"RunLogger(index_every=...) must be a number of seconds > 0 or None, got {every!r}")
+    if not index:
+        raise ValueError("RunLogger(index_every=...) needs index=True (it rewrites index.html)")
+
+
 def _public_signature(init: Any) -> inspect.Signature:
     """``RunLogger.__init__``'s signature without ``self`` and private keywords: what
     ``help(RunLogger)`` and IDEs show (``__new__`` takes ``*args, **kwargs`` to pick the class)."""
@@ -949,7 +1027,11 @@ def _reject_local_options(log_path: Any, storage_options: dict[str, Any]) -> Non
 
 
 def _worker_logger(
-    log_path: str | Storage, strict_json: bool, storage_options: dict[str, Any], pid: int | None = None
+    log_path: str | Storage,
+    strict_json: bool,
+    storage_options: dict[str, Any],
+    pid: int | None = None,
+    layout: str = "flat",
 ) -> RunLogger:
     """The logger a pickled :class:`RunLogger` becomes (a worker of the same run).
 
@@ -965,5 +1047,11 @@ def _worker_logger(
             "Give workers in other processes a local path shared by them or a bucket URL (gs://, s3://)"
         )
     return RunLogger(
-        log_path, strict_json=strict_json, code_diff=False, rank=0, _worker=True, **storage_options
+        log_path,
+        strict_json=strict_json,
+        code_diff=False,
+        rank=0,
+        layout=layout,
+        _worker=True,
+        **storage_options,
     )

@@ -360,10 +360,10 @@ _THRESHOLD_HELP = (
 
 
 def _thresholds(config: str | None, overrides: tuple[str, ...]):
-    from rllog.doctor import Thresholds
+    from rllog.doctor import Thresholds, thresholds_from_file
 
     try:
-        base = Thresholds.from_file(config) if config else Thresholds()
+        base = thresholds_from_file(config) if config else Thresholds()
         return base.with_overrides(overrides) if overrides else base
     except (OSError, ValueError) as exc:
         raise click.UsageError(_error_text(exc)) from None
@@ -615,3 +615,62 @@ def spill_clear(urls: tuple[str, ...], yes: bool) -> None:
         click.confirm(f"delete {len(found)} orphaned journal(s), {total} byte(s) never uploaded?", abort=True)
     for j in found:
         _echo(f"{j.url}: {'deleted' if clear_journal(j) else 'kept (a writer took it meanwhile)'} {j.folder}")
+
+
+# --- The live dashboard and rollout search (issue #12) -----------------------------------------
+
+
+@main.command()
+@click.argument("paths", nargs=-1)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (loopback by default).")
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="Port to listen on."
+)
+@click.option(
+    "--token",
+    default=None,
+    help="Access token required on every request ('auto' makes one); needed for a non-loopback --host.",
+)
+@_clean_errors
+def serve(paths: tuple[str, ...], host: str, port: int, token: str | None) -> None:
+    """A live dashboard of the runs under PATHS (needs the `serve` extra).
+
+    Each PATH is a run folder, a folder holding runs at any depth, a metrics file, or a
+    bucket URL (gs://, s3://); default the current folder. Nothing is written into a run.
+    """
+    from rllog.serve import serve as _serve
+
+    _serve(list(paths) or ["."], host=host, port=port, token=token, echo=_echo)
+
+
+@main.command()
+@click.argument("pattern")
+@click.argument("run")
+@click.option(
+    "-E", "--regex", is_flag=True, help="PATTERN is a Python regular expression (default: a substring)."
+)
+@click.option("-i", "--ignore-case", is_flag=True, help="Match case-insensitively.")
+@click.option("-n", "--max-hits", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per hit.")
+@_clean_errors
+def grep(pattern: str, run: str, regex: bool, ignore_case: bool, max_hits: int, as_json: bool) -> None:
+    """Search the prompts and completions in RUN's rollout summaries (every iteration and evaluator).
+
+    Prints ``file:group:traj:field: text`` for each hit; exit code 1 when nothing matched.
+    """
+    from rllog._format.codec import encode_json
+    from rllog._read.run import read_run
+    from rllog._read.search import compile_pattern, search_rollouts
+
+    compiled = compile_pattern(pattern, regex=regex, ignore_case=ignore_case)
+    with read_run(run) as r:
+        hits, files = search_rollouts(r.storage, compiled, limit=max_hits)
+    for h in hits:
+        if as_json:
+            _echo(encode_json(h).decode())
+        else:
+            text = f"{h['before']}{h['match']}{h['after']}".replace("\n", "\\n")
+            _echo(f"{h['file']}:group {h['group']}:traj {h['traj']}:{h['field']}: {text}")
+    if not hits:
+        _echo(f"no match in {files} rollout summaries files", err=True)
+        raise SystemExit(1)

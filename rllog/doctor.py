@@ -1,63 +1,11 @@
 """The stability doctor: checks a run's metrics for the PPO/GRPO stability signals.
 
-The signals are the ones TRL's logging guide for PPO and GRPO says to watch when RL
-training goes wrong (https://huggingface.co/docs/trl/logging, "PPO/GRPO logging";
-cited as "TRL docs" below); this module turns each into a check on a metrics DataFrame
-(one row per logged step, a ``step`` column, NaN for a missing key). Keys are matched
-exactly, after removing a leading ``train/`` (TensorBoard imports, OpenRLHF's wandb
-names); eval keys (``eval_*``, ``eval/*``, ``test/*``) are only checked for NaN/Inf.
-Besides TRL's and tinker-cookbook's names, the keys verl and OpenRLHF log are known
-(verl: ``actor/*``, ``critic/*``, ``response_length/clip_ratio``, from its
-``dp_actor``/``metric_utils``; OpenRLHF: the ``status`` dict of its PPO actor).
-
-======================  ==========================================  =========  =======  ==========================================
-check                   metrics                                     default    level    source / why
-======================  ==========================================  =========  =======  ==========================================
-``ratio``               ``val/ratio``                               > 2.0 or   error    TRL docs: "should float around 1.0; too
-                                                                    < 0.5                high (e.g. 2.0 or 1000.0) or too small
-                                                                                         (e.g. 0.1) means updates between
-                                                                                         consecutive policies are too drastic"
-``clip_fraction``       ``policy/clipfrac_avg``, ``clip_ratio``,    > 0.3      warning  TRL docs: high clipfrac follows a high
-                        ``clip_ratio/{low,high,region}_mean``,                           ratio; very high clip_ratio/* means the
-                        ``actor/pg_clipfrac`` (verl),                                    policy tries too drastic changes
-                        ``ppo_clip_ratio`` (OpenRLHF)
-``approx_kl``           ``policy/approxkl_avg``,                    > 0.1      warning  TRL docs (rises with the ratio); PPO
-                        ``actor/ppo_kl`` (verl), ``ppo_kl``                              target_kl is usually 0.01–0.05
-                        (OpenRLHF)
-``kl_negative``         ``objective/kl``, ``kl``,                   < -0.01    error    TRL docs: objective/kl "should stay
-                        ``actor/kl_loss`` (verl),                                        positive"
-                        ``[optim/]kl_sample_train_v1/v2``
-``kl_large``            ``kl``, ``actor/kl_loss`` (per token)       > 1.0      warning  TRL docs: "ideally not too large, so the
-                        ``objective/kl`` (summed over tokens)       > 30.0               policy does not drift far from the
-                        ``[optim/]kl_sample_train_v1/v2``           > 0.03               reference"; sampler/trainer KL is
-                                                                                         ~1e-3 on healthy real tinker runs,
-                                                                                         ~1e-2 with num_substeps > 1
-``value_loss_spike``    ``loss/value_avg``, ``critic/vf_loss``      10x        warning  TRL docs: "spikes or becomes NaN when
-                        (verl), ``critic_loss`` (OpenRLHF)          median of            training goes badly"
-                                                                    previous 10
-``entropy_collapse``    ``objective/entropy``,                      < 0.05 and warning  TRL docs: entropy collapse means the
-                        ``policy/entropy_avg``, ``entropy``,        < 20% of             policy became too confident too early,
-                        ``optim/entropy``, ``actor/entropy``        its start            hurting exploration
-                        (verl), ``policy_entropy`` (OpenRLHF)
-``entropy_rise``        same                                        > 3x its   warning  TRL docs: watch for divergence; rising
-                                                                    start                entropy means the policy gets random
-``clipped_completions`` ``completions/clipped_ratio``,              > 0.3      warning  TRL docs: many completions truncated at
-                        ``response_length/clip_ratio`` (verl)                            max_completion_length, no EOS
-``reward_flat_kl_grows`` reward (``objective/rlhf_reward``,         see below  warning  TRL docs: reward should rise; KL should
-                        ``objective/scores``, ``reward``,                                not grow far. KL median of the last
-                        ``env/all/reward/total``,                                        quarter > 2x the first quarter's (and
-                        ``critic/score/mean``) and KL                                    +0.01), reward rose < 0.5 std
-``nonfinite``           every numeric column                        any        error*   TRL docs: value loss "becomes NaN"
-                                                                    NaN/Inf              (* warning for non-core metrics)
-======================  ==========================================  =========  =======  ==========================================
-
-Threshold checks fire only when the value is past the threshold on ``persist`` (3)
-consecutive logged values of that metric, so one noisy step on a real run is not a
-finding; NaN/Inf and value-loss spikes fire on one value. "Start" is the median of
-the first ``baseline_rows`` (5) logged values. Every threshold is a field of
-:class:`Thresholds`; change them with ``Thresholds(ratio_high=3.0)``,
-:meth:`Thresholds.with_overrides` (``rllog doctor --set ratio_high=3``) or a JSON/TOML
-file (``--config``).
+:func:`check_run` reads a run and :func:`diagnose` checks a metrics DataFrame (or a
+:class:`rllog.Run`); both feed the rule engine of :mod:`rllog._format.rules`, which the
+live doctor (``RunLogger(doctor=True)``) uses too, so the two agree on the same run. The
+checks, the metrics each reads, their default thresholds, levels and sources (TRL's
+logging guide, https://huggingface.co/docs/trl/logging) are tabled in that module's
+docstring and printed by ``rllog doctor --list-thresholds``.
 
 Severity levels: ``error`` (training is numerically broken or updates are far too
 large), ``warning`` (likely a problem, look at it), ``info`` (nothing checkable).
@@ -65,7 +13,9 @@ large), ``warning`` (likely a problem, look at it), ``info`` (nothing checkable)
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rllog._format.rows import nonfinite_cells
@@ -85,7 +35,7 @@ if TYPE_CHECKING:
 
     from rllog._read.run import Run
 
-__all__ = ["SEVERITIES", "Finding", "Thresholds", "check_run", "diagnose"]
+__all__ = ["thresholds_from_file", "SEVERITIES", "Finding", "Thresholds", "check_run", "diagnose"]
 
 # the rules live in rllog._format.rules (shared with the live doctor, RunLogger(doctor=True))
 _ = (ADVICE, THRESHOLD_HELP, Severity, canonical)
@@ -131,7 +81,7 @@ def diagnose(
     elif not isinstance(metrics, pd.DataFrame):
         raise TypeError(
             f"diagnose takes a Run from rllog.read_run or a metrics DataFrame, got {type(metrics).__name__}; "
-            "for a run folder, URL or file use rllog.check_run(path)"
+            "for a run folder, URL or file use rllog.doctor.check_run(path)"
         )
 
     engine = RuleEngine(thresholds)
@@ -199,3 +149,13 @@ def damage_findings(damaged: list[str]) -> list[Finding]:
             "of the file (the other rows are read as usual)",
         )
     ]
+
+
+def thresholds_from_file(path: str | os.PathLike[str]) -> Thresholds:
+    """Read :class:`Thresholds` from a JSON or TOML file (by suffix) holding some of the fields
+    (the others keep their defaults), e.g. ``ratio_high = 3.0`` in a ``.toml`` file.
+
+    Raises:
+        OSError: the file cannot be read. ValueError: bad content (unknown name, wrong type).
+    """
+    return Thresholds.from_bytes(Path(path).read_bytes(), os.fspath(path))

@@ -106,7 +106,7 @@ def render_index(
     keys: Sequence[str] = (),
     base: str = "./",
 ) -> str:
-    """The HTML text of the index page of ``run`` (from :func:`rllog._runsource.open_run`).
+    """The HTML text of the index page of ``run`` (the view :func:`write_index` reads; use that).
 
     ``keys`` are charted in any case, first; ``base`` prefixes the links to the run's
     files (``"./"`` when the page is in the run folder).

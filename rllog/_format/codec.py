@@ -224,10 +224,11 @@ class MetricsEncoder:
             negative, or a value is ``Decimal('sNaN')`` (the key is named).
     """
 
-    __slots__ = ("strict_json", "_encode_into", "_buf")
+    __slots__ = ("strict_json", "last", "_encode_into", "_buf")
 
     def __init__(self, strict_json: bool = False) -> None:
         self.strict_json = strict_json
+        self.last: dict[str, Any] = {}  # the metrics of the last row encoded (converted values)
         self._encode_into = msgspec.json.Encoder().encode_into
         self._buf = bytearray(4096)
 
@@ -276,7 +277,7 @@ class MetricsEncoder:
                     nonfinite = nonfinite or v - v != 0
                 elif type(v) is int and not _INT_MIN <= v <= _INT_MAX:
                     self._clean(step, metrics)
-        source = metrics
+        source = self.last = metrics  # the values as written, for the writer's same-step check
         if nonfinite:
             metrics = self._tokens(metrics)
         prefix = b'{"step":%d' % step

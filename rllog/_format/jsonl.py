@@ -121,8 +121,9 @@ class JsonlTail:
         self.torn: str | None = None
         self.rewritten = False
 
-    def poll(self, final: bool = False) -> list[tuple[int, dict]]:
+    def poll(self, final: bool = False, end: int | None = None) -> list[tuple[int, dict]]:
         """New ``(line_number, object)`` rows since the last poll; ``[]`` if the file is missing.
+        With ``end``, only the file's first ``end`` bytes are read (what it held at a known time).
 
         ``final=True`` also parses an unterminated last line: if it is a JSON object it is
         returned and consumed, else :attr:`torn` says so and it is left unconsumed.
@@ -135,6 +136,8 @@ class JsonlTail:
             size = self.storage.size(self.name)
         except FileNotFoundError:
             return []
+        if end is not None:
+            size = min(size, end)
         if size < self.offset:
             self.problems.append(
                 f"{self.name} shrank from {self.offset} to {size} bytes (rewritten, e.g. rows moved "

@@ -29,6 +29,8 @@ __all__ = [
     "CODE_DIFF_FILE",
     "CHECKPOINTS_FILE",
     "LOCK_FILE",
+    "STATUS_FILE",
+    "RUN_STATES",
     "INDEX_FILE",
     "TORN_SUFFIX",
     "DOCTOR_FILE",
@@ -37,6 +39,8 @@ __all__ = [
     "TENSORBOARD_DIR",
     "artifact_copy_name",
     "ARTIFACT_KINDS",
+    "LAYOUTS",
+    "check_layout",
     "Artifact",
     "safe_eval_name",
     "artifact_name",
@@ -60,6 +64,15 @@ CODE_DIFF_FILE = "code.diff"
 CHECKPOINTS_FILE = "checkpoints.jsonl"
 #: held (``flock``) by the live writer of a local run; holds its pid
 LOCK_FILE = ".rllog.lock"
+#: the writer's own account of the run: ``{"state", "starts", "started_at", "first_started_at",
+#: "ended_at", "pid", "host"}`` (JSON object), rewritten whole at start and at close.
+#: ``state`` is one of :data:`RUN_STATES`; ``starts`` counts the writers that opened the run
+#: (so a run resumed twice has 3); times are ISO 8601 UTC. A reader tells a live writer from
+#: a killed one by ``state == "running"`` plus the lock (local runs; see :data:`LOCK_FILE`).
+STATUS_FILE = "run_status.json"
+#: ``running`` (a writer opened the run and has not closed it), ``finished`` (closed),
+#: ``failed`` (closed while an exception left the ``with`` block)
+RUN_STATES = ("running", "finished", "failed")
 #: the run's overview page
 INDEX_FILE = "index.html"
 #: the live doctor's findings (``RunLogger(doctor=True)``), one JSON object per finding
@@ -84,6 +97,12 @@ ARTIFACT_KINDS = {
     "rollout_summaries": "_rollout_summaries.jsonl",
 }
 
+#: how per-iteration files are named: ``"flat"`` (the seed's names, the default) or
+#: ``"tinker"`` (tinker-cookbook 0.6: ``iteration_NNNNNN/train.html``,
+#: ``iteration_NNNNNN/eval_<name>_rollout_summaries.jsonl``; its ``TrainingRunStore``
+#: paths ``_iter_dir(i)/f"{base_name}_logtree.json"`` etc., tinker_cookbook/stores/training_store.py)
+LAYOUTS = ("flat", "tinker")
+
 _ARTIFACT_RE = re.compile(
     r"^(?:(?P<train>train)|eval_(?P<eval>.+))_iteration_(?P<iteration>\d{6,})(?:-(?P<copy>[2-9]|[1-9]\d+))?"
     r"(?P<kind>\.html|_logtree\.json|_rollout_summaries\.jsonl)$"
@@ -105,14 +124,27 @@ def safe_eval_name(name: str) -> str:
     return f"{base or 'unnamed'}-h{digest}"
 
 
-def artifact_name(iteration: int, kind: str, eval_name: str | None = None) -> str:
-    """``train_iteration_NNNNNN<suffix>`` or ``eval_<safe name>_iteration_NNNNNN<suffix>``.
+def check_layout(layout: str) -> str:
+    """``layout`` if it is one of :data:`LAYOUTS`.
+
+    Raises:
+        ValueError: any other value (the message lists the valid ones).
+    """
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(map(repr, LAYOUTS))}, got {layout!r}")
+    return layout
+
+
+def artifact_name(iteration: int, kind: str, eval_name: str | None = None, layout: str = "flat") -> str:
+    """``train_iteration_NNNNNN<suffix>`` or ``eval_<safe name>_iteration_NNNNNN<suffix>``;
+    with ``layout="tinker"`` ``iteration_NNNNNN/train<suffix>`` or
+    ``iteration_NNNNNN/eval_<safe name><suffix>``.
 
     ``kind`` is ``"html"``, ``"logtree"`` or ``"rollout_summaries"``.
 
     Raises:
-        ValueError: unknown kind, or an iteration outside ``0 <= iteration < 2**63`` (the
-            range every JSON reader reads back as an int).
+        ValueError: unknown kind or layout, or an iteration outside ``0 <= iteration < 2**63``
+            (the range every JSON reader reads back as an int).
         TypeError: iteration not an int, or ``eval_name`` neither None nor a str.
     """
     if isinstance(iteration, bool) or not isinstance(iteration, int):
@@ -125,6 +157,8 @@ def artifact_name(iteration: int, kind: str, eval_name: str | None = None) -> st
     except KeyError:
         raise ValueError(f"artifact kind must be one of {sorted(ARTIFACT_KINDS)}, got {kind!r}") from None
     head = "train" if eval_name is None else f"eval_{safe_eval_name(eval_name)}"
+    if check_layout(layout) == "tinker":
+        return f"iteration_{iteration:06d}/{head}{suffix}"
     return f"{head}_iteration_{iteration:06d}{suffix}"
 
 
@@ -132,9 +166,15 @@ def parse_artifact_name(file_name: str) -> tuple[str, str | None, int, str] | No
     """``(split, eval_name, iteration, kind)`` for an artifact file name, else None.
 
     ``split`` is ``"train"`` or ``"eval"``; ``eval_name`` is the safe name in the file.
-    A second writer's copy (:func:`artifact_copy_name`, ``..._iteration_NNNNNN-2.html``)
-    parses as the same iteration and kind.
+    Both layouts parse (``iteration_NNNNNN/train.html`` too). A second writer's copy
+    (:func:`artifact_copy_name`, ``..._iteration_NNNNNN-2.html`` or
+    ``iteration_NNNNNN-2/train.html``) parses as the same iteration and kind.
     """
+    if "/" in file_name:
+        n = _NESTED.fullmatch(file_name)
+        if n is None:
+            return None
+        file_name = f"{n['head']}_iteration_{n['iteration']}{n['kind']}"
     m = _ARTIFACT_RE.match(file_name)
     if m is None:
         return None
@@ -149,9 +189,15 @@ def artifact_copy_name(name: str, copy: int) -> str:
     ``..._000003-2_logtree.json``, ``..._000003-2_rollout_summaries.jsonl`` instead of
     replacing the first one's file.
 
+    In the tinker layout the folder gets the number: ``iteration_000003-2/train.html``
+    (tinker-cookbook's readers list only ``iteration_NNNNNN``, so they see the first writer's).
+
     Raises:
         ValueError: ``name`` is not an artifact name, or ``copy`` < 2.
     """
+    n = _NESTED.fullmatch(name) if copy >= 2 else None
+    if n is not None:
+        return f"iteration_{n['iteration']}-{copy}/{name.split('/', 1)[1]}"
     m = _ARTIFACT_RE.match(name)
     if m is None or copy < 2:
         raise ValueError(
@@ -174,7 +220,10 @@ class Artifact:
 
 
 _FLAT_HTML = re.compile(r"iteration_(\d{6,})\.html")  # old tinker-cookbook: no train_ prefix
-_NESTED = re.compile(r"iteration_(\d{6,})/(train|eval_.+?)(\.html|_logtree\.json|_rollout_summaries\.jsonl)")
+_NESTED = re.compile(
+    r"iteration_(?P<iteration>\d{6,})(?:-(?:[2-9]|[1-9]\d+))?/(?P<head>train|eval_.+?)"
+    r"(?P<kind>\.html|_logtree\.json|_rollout_summaries\.jsonl)"
+)
 
 
 def parse_iteration_file(name: str) -> Artifact | None:
@@ -191,10 +240,7 @@ def parse_iteration_file(name: str) -> Artifact | None:
             m = _FLAT_HTML.fullmatch(name)
             return Artifact(name, "train", None, int(m[1]), "html") if m else None
     else:
-        m = _NESTED.fullmatch(name)
-        if m is None:
-            return None
-        parsed = parse_artifact_name(f"{m[2]}_iteration_{m[1]}{m[3]}")
+        parsed = parse_artifact_name(name)
         if parsed is None:
             return None
     split, eval_name, iteration, kind = parsed

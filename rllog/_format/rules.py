@@ -71,10 +71,8 @@ from __future__ import annotations
 
 import collections
 import math
-import os
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
@@ -180,13 +178,15 @@ class Thresholds(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
         return Thresholds(**fields)
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike[str]) -> Thresholds:
-        """Read thresholds from a JSON or TOML file (by suffix) holding some of the fields.
+    def from_bytes(cls, data: bytes, where: str) -> Thresholds:
+        """Thresholds from the bytes of a JSON or TOML file (TOML when ``where`` ends in
+        ``.toml``) holding some of the fields; :func:`rllog.doctor.thresholds_from_file`
+        reads the file.
 
         Raises:
-            OSError: the file cannot be read. ValueError: bad content (unknown name, wrong type).
+            ValueError: bad content (not JSON/TOML, unknown name, wrong type), naming ``where``.
         """
-        data = Path(path).read_bytes()
+        path = where
         kind = "TOML" if str(path).endswith(".toml") else "JSON"
         try:
             fields = msgspec.toml.decode(data) if kind == "TOML" else msgspec.json.decode(data)

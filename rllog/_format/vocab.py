@@ -9,6 +9,8 @@ verl (``actor/...``, ``critic/...``) and OpenRLHF (``ppo_kl``, ``policy_entropy`
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 __all__ = [
     "STEP_KEYS",
     "EVAL_PREFIXES",
@@ -179,7 +181,7 @@ CORE_KEYS.update(
 )
 
 
-def check_keys(keys: list[str] | tuple[str, ...], known: list[str], where: str) -> None:
+def check_keys(keys: Sequence[str], known: list[str], where: str) -> None:
     """Raise when a requested metric key is not among ``known`` (a run's columns).
 
     Raises:

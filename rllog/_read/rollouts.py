@@ -135,6 +135,10 @@ def read_rollouts(
         RunFormatError: a file holds a line that is not a record.
         FileNotFoundError: ``source`` is a local path that does not exist.
     """
+    if iteration is not None and (isinstance(iteration, bool) or not isinstance(iteration, int)):
+        raise TypeError(
+            f"read_rollouts: iteration must be an int or None, got {type(iteration).__name__}: {iteration!r:.40}"
+        )
     if isinstance(source, (str, os.PathLike)) and os.path.isfile(source):
         with open(source, "rb") as f:
             yield from decode_rollout_summaries(f.read(), os.fspath(source))

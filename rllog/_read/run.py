@@ -20,10 +20,10 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from rllog._format.codec import decode_json
-from rllog._format.jsonl import JsonlTail
+from rllog._format.jsonl import JsonlTail, iter_lines
 from rllog._format.layout import (
     ARTIFACT_KINDS,
     CHECKPOINTS_FILE,
@@ -38,6 +38,7 @@ from rllog._format.layout import (
 )
 from rllog._format.rows import StepResolver
 from rllog._format.vocab import STEP_KEYS, is_eval
+from rllog._read.columnar import read_frame
 from rllog._read.foreign import trl_rows
 from rllog.errors import RunFormatError
 from rllog.storage import LocalStorage, Storage, open_storage
@@ -91,6 +92,7 @@ class Run:
         step_key: str | None = None,
         trl_state: dict[str, Any] | None = None,
         owns_storage: bool = True,
+        columns: list[str] | None = None,
     ) -> None:
         self.storage = storage
         self._owns_storage = owns_storage
@@ -99,6 +101,7 @@ class Run:
         self._prefix = prefix
         self._requested_step_key = step_key
         self._trl_state = trl_state
+        self._columns = None if columns is None else list(columns)
         self._frames: dict[str, tuple[int, Any]] = {}
         self.config: dict[str, Any] | None = None
         self._iterations: list[Iteration] | None = None
@@ -115,15 +118,23 @@ class Run:
         self._iterations = None
         self._superseded_iterations = None
         self._frames.clear()
+        self._rows_resolver: StepResolver | None = None
+        self._size_at_load = 0  # bytes of the metrics file when read: what lazy parsing reads
+        self._one_clean_segment = False  # the columnar read found every row standing, no damage
+        raw: list[tuple[int, dict]] | None = None
         if self._trl_state is not None:
             rows, self.config, self._notes = trl_rows(self._trl_state)
             self._tail = self._ckpt_tail = None
             raw = [(i, {"step": s, **m}) for i, (s, m) in enumerate(rows, 1)]
             self.checkpoints: list[dict[str, Any]] = []
         else:
+            # metric rows are parsed on first use (:attr:`_resolver`); the columnar
+            # :attr:`metrics` may never need them
             self._tail = MetricsTail(self.storage, self.metrics_name)
-            raw = self._tail.poll(final=True)
-            if self._tail.offset == 0 and not self.storage.exists(self.metrics_name):
+            try:
+                self._size_at_load = self.storage.size(self.metrics_name)
+            except FileNotFoundError:
+                self._size_at_load = 0
                 self._notes.append(f"no {self.metrics_name} in {self.url}: the run has logged no metrics yet")
             torn = self.metrics_name + TORN_SUFFIX
             if self.storage.exists(torn):
@@ -137,18 +148,52 @@ class Run:
             if name is not None:
                 self._ckpt_tail = MetricsTail(self.storage, name)
                 self.checkpoints = [row for _, row in self._ckpt_tail.poll(final=True)]
-        self.step_key = self._choose_step_key(raw)
-        self._resolver = StepResolver(self.step_key)
-        for line, row in raw:
-            self._resolver.add(line, row)
+        first = self._first_row() if raw is None else (raw[0][1] if raw else None)
+        if first is False:  # the first line is damaged: the first row is the first that parses
+            raw = self._tail.poll(final=True, end=self._size_at_load) if self._tail is not None else []
+            first = raw[0][1] if raw else None
+        self.step_key = self._choose_step_key(first)
+        if raw is not None:
+            self._resolve(raw)
         self._moved_aside = self._read_moved_aside()
 
-    def _choose_step_key(self, raw: list[tuple[int, dict]]) -> str | None:
+    def _first_row(self) -> dict[str, Any] | None | Literal[False]:
+        """The first metric row (read from the file's head), None for no row, False when
+        the first non-blank line is not a JSON object (or is longer than the head)."""
+        try:
+            head = self.storage.read_range(self.metrics_name, 0, 1 << 20)
+        except FileNotFoundError:
+            return None
+        for _, line in iter_lines(head):
+            if b"\n" not in head:
+                return False if line.strip() else None  # one line, maybe torn or cut by the head
+            try:
+                row = decode_json(line)
+            except ValueError:
+                return False
+            return row if type(row) is dict else False
+        return None
+
+    def _resolve(self, raw: list[tuple[int, dict]]) -> None:
+        self._rows_resolver = StepResolver(self.step_key)
+        for line, row in raw:
+            self._rows_resolver.add(line, row)
+
+    @property
+    def _resolver(self) -> StepResolver:
+        """The step rule applied to every metric row, parsed on first use."""
+        if self._rows_resolver is None:
+            self._resolve(
+                self._tail.poll(final=True, end=self._size_at_load) if self._tail is not None else []
+            )
+        assert self._rows_resolver is not None
+        return self._rows_resolver
+
+    def _choose_step_key(self, first: dict[str, Any] | None) -> str | None:
         if self._requested_step_key is not None:
             return self._requested_step_key
-        if not raw:
+        if first is None:
             return "step"
-        first = raw[0][1]
         return next((k for k in STEP_KEYS if k in first), None)
 
     def _read_config(self) -> dict[str, Any] | None:
@@ -192,12 +237,14 @@ class Run:
             return []
         self._iterations = None
         self._superseded_iterations = None
+        self._one_clean_segment = False
+        resolver = self._resolver  # parse what was there before, so only new rows are returned
         rows = self._tail.poll()
         if self._tail.rewritten:
             self._load()
             return list(self.rows)
         for line, row in rows:
-            self._resolver.add(line, row)
+            resolver.add(line, row)
         if self._ckpt_tail is not None:
             self.checkpoints += [row for _, row in self._ckpt_tail.poll()]
         self.config = self._read_config()
@@ -227,7 +274,7 @@ class Run:
         return self._resolver.merged
 
     def _frame(self, what: str, build) -> pd.DataFrame:
-        version = self._resolver.version
+        version = -1 if self._rows_resolver is None else self._rows_resolver.version
         cached = self._frames.get(what)
         if cached is None or cached[0] != version:
             cached = self._frames[what] = (version, build())
@@ -237,12 +284,39 @@ class Run:
     def metrics(self) -> pd.DataFrame:
         """The standing rows (:attr:`rows`) as a DataFrame, the step column first.
 
-        Columns are in first-logged order; numbers and nulls give float64 columns (null
-        and NaN both NaN); string-valued metrics keep their strings (pandas' string
-        dtype, ``object`` before pandas 3). Built on first use and after :meth:`refresh`,
-        then cached: treat it as read-only.
+        Columns are in first-logged order (only the step and the ``columns`` given to
+        :func:`read_run`, when given); numbers and nulls give float64 columns (null and
+        NaN both NaN); string-valued metrics keep their strings (pandas' string dtype,
+        ``object`` before pandas 3). Built on first use and after :meth:`refresh`, then
+        cached: treat it as read-only.
+
+        A run whose rows are one clean segment (steps strictly increasing, no damaged
+        line) is read column by column (:func:`rllog._read.columnar.read_frame`, with
+        pyarrow when installed) without building a dict per row; otherwise from
+        :attr:`rows`.
+
+        Raises:
+            KeyError: a column asked for in ``columns`` is not in the run.
         """
-        return self._frame("metrics", lambda: _to_frame(self.rows, self.step_key))
+        return self._frame("metrics", self._build_metrics)
+
+    def _build_metrics(self) -> pd.DataFrame:
+        if self._rows_resolver is None and self._tail is not None:
+            df = read_frame(self.storage, self.metrics_name, self._size_at_load, self.step_key, self._columns)
+            if df is not None:
+                self._one_clean_segment = True
+                return df
+        df = _to_frame(self.rows, self.step_key)
+        if self._columns is None:
+            return df
+        missing = [c for c in self._columns if c not in df.columns]
+        if missing:
+            raise KeyError(
+                f"{self.url}/{self.metrics_name}: no column {', '.join(map(repr, missing))}; "
+                f"it has {', '.join(map(str, df.columns))}"
+            )
+        keep = [self.step_key] if self.step_key in df.columns else []
+        return df[keep + [c for c in self._columns if c not in keep]]
 
     @property
     def eval_columns(self) -> list[str]:
@@ -458,6 +532,9 @@ class Run:
         """What a reader of this run should know: damaged or torn lines (with line numbers),
         restarts found in the metrics file, missing files, rows without a step."""
         out = list(self._notes)
+        if self._rows_resolver is None and self._one_clean_segment:
+            tail = self._ckpt_tail  # the metrics file parsed whole, one segment: nothing to say of it
+            return out + (tail.problems + ([tail.torn] if tail.torn else []) if tail is not None else [])
         for tail in (self._tail, self._ckpt_tail):
             if tail is not None:
                 out += tail.problems + ([tail.torn] if tail.torn else [])
@@ -516,7 +593,11 @@ def _split_url(url: str) -> tuple[str, str]:
 
 
 def read_run(
-    log_path: str | os.PathLike[str] | Storage, *, step_key: str | None = None, **storage_options: Any
+    log_path: str | os.PathLike[str] | Storage,
+    *,
+    step_key: str | None = None,
+    columns: list[str] | None = None,
+    **storage_options: Any,
 ) -> Run:
     """Read a run.
 
@@ -528,23 +609,35 @@ def read_run(
             ``trainer_state.json`` (its ``log_history`` as metrics, its other fields as
             config; see :mod:`rllog._read.foreign`); or an open Storage.
         step_key: the step column; default the first of :data:`STEP_KEYS` in the first row.
+        columns: metric names: :attr:`Run.metrics` then holds the step column and these
+            only, in this order (a run of one clean segment is parsed column by column and
+            only these are converted; :attr:`Run.rows` still has every key).
         storage_options: passed to fsspec for URIs (e.g. ``token="anon"``).
 
     Damage does not raise: damaged lines, a torn final line and restarts are reported in
     :attr:`Run.warnings`.
 
     Raises:
+        TypeError: ``columns`` is not a list of strings.
         FileNotFoundError: nothing exists at ``log_path``.
         RunFormatError: a ``.json`` file that is not a TRL trainer state.
         OSError: the storage failed.
     """
+    if columns is not None and (isinstance(columns, str) or not all(isinstance(c, str) for c in columns)):
+        raise TypeError(f"read_run(columns=...): expected a list of metric names, got {columns!r}")
     if not isinstance(log_path, (str, os.PathLike)):
-        return Run(open_storage(log_path, mode="r"), METRICS_FILE, step_key=step_key, owns_storage=False)
+        return Run(
+            open_storage(log_path, mode="r"),
+            METRICS_FILE,
+            step_key=step_key,
+            columns=columns,
+            owns_storage=False,
+        )
     url = os.fspath(log_path).removeprefix("file://")
     if "://" not in url:
         path = Path(url).expanduser()
         if path.is_dir():
-            return Run(LocalStorage(path), METRICS_FILE, step_key=step_key)
+            return Run(LocalStorage(path), METRICS_FILE, step_key=step_key, columns=columns)
         if not path.is_file():
             raise FileNotFoundError(
                 f"no run at {path}: expected a folder with metrics.jsonl, a .jsonl file or trainer_state.json"
@@ -559,7 +652,7 @@ def read_run(
                 raise FileNotFoundError(
                     f"no run at {url}: no files there (expected a folder with metrics.jsonl, a .jsonl file or trainer_state.json)"
                 )
-            return Run(storage, METRICS_FILE, step_key=step_key)
+            return Run(storage, METRICS_FILE, step_key=step_key, columns=columns)
         storage = open_storage(parent, mode="r", **storage_options)
         if not storage.exists(name):
             raise FileNotFoundError(
@@ -575,6 +668,6 @@ def read_run(
                 f"{storage.url}/{name}: expected a TRL trainer_state.json (an object with a 'log_history' list); "
                 "for a run folder pass the folder"
             )
-        return Run(storage, name, prefix=None, step_key=step_key, trl_state=state)
+        return Run(storage, name, prefix=None, step_key=step_key, columns=columns, trl_state=state)
     prefix = name[: -len(METRICS_FILE)] if name.endswith(METRICS_FILE) else None
-    return Run(storage, name, prefix=prefix, step_key=step_key)
+    return Run(storage, name, prefix=prefix, step_key=step_key, columns=columns)

@@ -219,13 +219,13 @@ class LocalStorage:
 
     def list(self, prefix: str = "") -> list[str]:
         """Names of the files under the folder starting with ``prefix``, sorted (``.tmp``
-        files of writes in progress excluded)."""
+        files of writes in progress and rllog's own ``.rllog*`` files excluded)."""
         out: list[str] = []
         for dirpath, _dirnames, filenames in os.walk(self.root):
             rel = os.path.relpath(dirpath, self.root)
             for fn in filenames:
                 name = fn if rel == "." else f"{rel}/{fn}".replace(os.sep, "/")
-                if name.startswith(prefix) and not fn.endswith(".tmp"):
+                if name.startswith(prefix) and not fn.endswith(".tmp") and not fn.startswith(".rllog"):
                     out.append(name)
         return sorted(out)
 

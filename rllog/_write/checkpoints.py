@@ -38,8 +38,9 @@ def checkpoint_record(
     then the loop's extra keys; secrets redacted (:func:`rllog._format.redact.redact_tree`).
 
     Raises:
-        TypeError: ``name`` is not a non-empty str, or ``batch`` not an int (numpy ints
-            are converted).
+        TypeError: ``name`` is not a non-empty str, ``batch`` not an int (numpy ints
+            are converted), or ``epoch`` not a number (an int, or a float such as
+            transformers' fractional ``state.epoch``).
         ValueError: ``batch`` or ``epoch`` is negative or >= 2**63 (a resume could not
             use it).
     """
@@ -50,13 +51,14 @@ def checkpoint_record(
         batch = item() if callable(item) else batch
         if isinstance(batch, bool) or not isinstance(batch, int):
             raise TypeError(f"log_checkpoint({name!r}): batch must be an int, got {type(batch).__name__}")
-    for key, value in (("batch", batch), ("epoch", fields.get("epoch"))):
-        if value is not None and not (isinstance(value, int) and 0 <= value < 2**63):
-            raise ValueError(
-                f"log_checkpoint({name!r}): {key} must be an int in [0, 2**63), got {value!r}"
-                if isinstance(value, int) and not isinstance(value, bool)
-                else f"log_checkpoint({name!r}): {key} must be an int, got {type(value).__name__}"
-            )
+    if batch is not None and not 0 <= batch < 2**63:
+        raise ValueError(f"log_checkpoint({name!r}): batch must be an int in [0, 2**63), got {batch!r}")
+    epoch = fields.get("epoch")
+    if epoch is not None:  # an int, or a float for trainers that count fractional epochs (transformers)
+        if isinstance(epoch, bool) or not isinstance(epoch, (int, float)):
+            raise TypeError(f"log_checkpoint({name!r}): epoch must be a number, got {type(epoch).__name__}")
+        if not 0 <= epoch < 2**63:  # also refuses NaN
+            raise ValueError(f"log_checkpoint({name!r}): epoch must be in [0, 2**63), got {epoch!r}")
     record: dict[str, Any] = {"name": name}
     for key, value in {"batch": batch, **fields}.items():
         if value is not None:

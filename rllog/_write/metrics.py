@@ -54,6 +54,8 @@ class MetricsWriter:
         "_lock",
         "_encoder",
         "_warn",
+        "_last_step",
+        "_last_row",
     )
 
     def __init__(
@@ -66,6 +68,8 @@ class MetricsWriter:
         #: called with each encoded row (bytes, in logging order) after it is written: the sinks' queue
         self.tap: Callable[[bytes], None] | None = None
         self._offset = 0  # bytes of pending[0] already written (a short write)
+        self._last_step: int | None = None  # the step of the last row, and its values (same-step check)
+        self._last_row: dict[str, Any] = {}
         self._fd = storage.append_fd(METRICS_FILE) if isinstance(storage, LocalStorage) else None
         self._lock = threading.Lock()
         self._encoder = MetricsEncoder(strict_json=strict_json)
@@ -82,6 +86,10 @@ class MetricsWriter:
             raise RuntimeError(f"log_metrics(step={step!r}) on a closed RunLogger for {self.storage.url}")
         with self._lock:
             row = self._encoder.encode_row(step, metrics)
+            if step == self._last_step:
+                self._same_step(step, self._encoder.last)
+            else:
+                self._last_step, self._last_row = step, self._encoder.last
             if self.pending:
                 self.pending.append(bytes(row))
                 self._drain()
@@ -103,6 +111,22 @@ class MetricsWriter:
                 self.tap(bytes(row))
         if self.console:
             _print_row(step, metrics)
+
+    def _same_step(self, step: int, row: dict[str, Any]) -> None:
+        """A second row for the step just logged: fine when its keys are new (an eval row,
+        a summary row), but a key with another value makes readers take the later row as a
+        restart and set the earlier one aside (docs/FORMATS.md, the repeated-step rule)."""
+        last = self._last_row
+        for k, v in row.items():
+            if k in last and last[k] != v and not (v != v and last[k] != last[k]):
+                self._warn(
+                    "same-step",
+                    f"step {step} was logged twice with different values for {k!r} ({last[k]!r}, then "
+                    f"{v!r}): readers take the later row as a restart of the run and set the earlier row "
+                    "aside. Log one row per step (merge the dicts) or give each row its own step.",
+                )
+                return
+        self._last_row = {**last, **row}
 
     def drain(self) -> bool:
         """Write the held-back rows, in order; True when none is left."""

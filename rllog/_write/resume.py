@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -154,48 +155,56 @@ def repair_torn_tail(storage: Storage, name: str) -> str | None:
 
 #: bytes read per ranged read while resuming; also the most moved rows held before appending them
 _CHUNK = 8 << 20
+#: positions of a line that is not JSON (kept in place, with a note) and of a blank line
+_NOT_JSON, _BLANK = object(), object()
 
 
-def _iter_file_lines(storage: Storage, name: str, size: int) -> Iterator[tuple[int, int, bytes]]:
-    """``(line number, byte offset, line with its newline)`` for each line of the first
-    ``size`` bytes of ``name``, read in ranged reads of :data:`_CHUNK` bytes (memory
-    bounded by the chunk plus the longest line). A last line without newline comes as is."""
+def _iter_blocks(storage: Storage, name: str, size: int) -> Iterator[tuple[int, int, list[bytes]]]:
+    """``(number of the first line, its byte offset, lines without their newline)`` for
+    the first ``size`` bytes of ``name``, read in ranged reads of :data:`_CHUNK` bytes
+    (memory bounded by a few chunks plus the longest line). A last line without newline
+    comes as is."""
     offset, lineno, rest = 0, 0, b""
     while offset < size:
-        block = rest + storage.read_range(name, offset, min(size, offset + _CHUNK))
+        lines = storage.read_range(name, offset, min(size, offset + _CHUNK)).split(b"\n")
+        lines[0] = rest + lines[0]  # the line the last block cut
         start = offset - len(rest)
         offset = min(size, offset + _CHUNK)
-        cut = block.rfind(b"\n") + 1 if offset < size else len(block)
-        pos = 0
-        while pos < cut:
-            nl = block.find(b"\n", pos, cut)
-            stop = cut if nl < 0 else nl + 1
-            lineno += 1
-            yield lineno, start + pos, block[pos:stop]
-            pos = stop
-        rest = block[cut:]
+        rest = lines.pop()  # the piece after the last newline: carried, or the unterminated last line
+        if offset >= size and rest:
+            lines.append(rest)
+        if lines:
+            yield lineno + 1, start, lines
+            lineno += len(lines)
+
+
+def _positions(lines: list[bytes]) -> list[Any]:
+    """:func:`resume_position` of each line: :data:`_BLANK` for a blank line, :data:`_NOT_JSON` for
+    a line that is not JSON."""
+    out: list[Any] = []
+    for line in lines:
+        try:
+            out.append(resume_position(line))
+        except ValueError:
+            out.append(_BLANK if not line.strip() else _NOT_JSON)
+    return out
+
+
+def _moves(position: Any, point: int) -> bool:
+    return isinstance(position, (int, float)) and position >= point
 
 
 def damaged_lines(storage: Storage, name: str) -> list[str]:
     """One message per line of ``name`` that is not a JSON object (what every reader
-    skips), with its line number; streamed in :data:`_CHUNK`-byte batches, each checked
+    skips), with its line number; streamed in :data:`_CHUNK`-byte blocks, each checked
     by one msgspec call when clean (:func:`rllog._format.jsonl.parse_lines`)."""
     try:
         size = storage.size(name)
     except FileNotFoundError:
         return []
     problems: list[str] = []
-    batch: list[bytes] = []
-    first = 1
-    for lineno, _, raw in _iter_file_lines(storage, name, size):
-        if not batch:
-            first = lineno
-        batch.append(raw if raw.endswith(b"\n") else raw + b"\n")
-        if len(batch) >= 4096:
-            problems += parse_lines(b"".join(batch), name, first)[1]
-            batch = []
-    if batch:
-        problems += parse_lines(b"".join(batch), name, first)[1]
+    for first, _, lines in _iter_blocks(storage, name, size):
+        problems += parse_lines(b"\n".join(lines) + b"\n", name, first)[1]
     return problems
 
 
@@ -204,13 +213,15 @@ def supersede(storage: Storage, point: int, note: Callable[..., None]) -> None:
     metrics.superseded.jsonl: appended there and made durable first, then cut from
     metrics.jsonl. ``note(message, problem=...)`` is told.
 
-    The file is streamed in ranged reads (:data:`_CHUNK` bytes), so memory does not grow
-    with it. When the moved rows are the file's tail (the usual case: steps grow) the
-    file is truncated at the first of them (in place locally; on an object store the
-    storage stages the kept prefix as one atomic write). When rows to keep come after
-    rows to move, a local file is rewritten through a temp file and ``os.replace``
-    (atomic, streamed); on an object store the kept rows are assembled in memory and
-    written in one PUT.
+    The file is streamed in ranged reads of :data:`_CHUNK` bytes, so memory does not
+    grow with it, and positions are read from the rows' bytes (:func:`resume_position`),
+    so the time stays close to reading the file. When the moved rows are the file's
+    tail (the usual case: steps grow) the file is truncated at the first of them (in
+    place locally; on an object store the storage stages the kept prefix as one atomic
+    write). When rows to keep come after rows to move, a local file is rewritten through
+    a temp file and ``os.replace`` (atomic, streamed); on an object store the kept rows
+    are assembled in memory and written in one PUT. Blank lines among moved rows are
+    dropped; lines that are not JSON stay in place.
     """
     try:
         size = storage.size(METRICS_FILE)
@@ -219,40 +230,32 @@ def supersede(storage: Storage, point: int, note: Callable[..., None]) -> None:
     first_moved: int | None = None  # byte offset of the first row to move
     kept_after = 0  # rows to keep that come after first_moved
     n_moved = n_kept = 0
-    batch: list[bytes] = []
-    batch_bytes = 0
-    for _lineno, offset, raw in _iter_file_lines(storage, METRICS_FILE, size):
-        line = raw.rstrip(b"\r\n")
-        if not line.strip():
-            continue
-        try:
-            step = resume_position(line)
-        except ValueError:  # reported by damaged_lines, at every resume
-            step = None
-        if isinstance(step, (int, float)) and step >= point:
-            n_moved += 1
+    for _first, start, lines in _iter_blocks(storage, METRICS_FILE, size):
+        positions = _positions(lines)
+        moved = [_moves(p, point) for p in positions]
+        if True in moved:
             if first_moved is None:
-                first_moved = offset
-            batch.append(line + b"\n")
-            batch_bytes += len(line) + 1
-            if batch_bytes >= _CHUNK:
-                storage.append(SUPERSEDED_FILE, b"".join(batch))
-                batch, batch_bytes = [], 0
-        else:
-            n_kept += 1
-            kept_after += first_moved is not None
+                i = moved.index(True)
+                first_moved = start + sum(len(line) + 1 for line in lines[:i])
+                kept_after -= sum(
+                    p is not _BLANK and not m for p, m in zip(positions[:i], moved[:i], strict=True)
+                )
+            chosen = [line for line, m in zip(lines, moved, strict=True) if m]
+            storage.append(SUPERSEDED_FILE, b"\n".join(chosen) + b"\n")
+            n_moved += len(chosen)
+        kept = sum(p is not _BLANK and not m for p, m in zip(positions, moved, strict=True))
+        n_kept += kept
+        if first_moved is not None:
+            kept_after += kept
     if first_moved is None:
         return
-    if batch:
-        storage.append(SUPERSEDED_FILE, b"".join(batch))
     storage.flush(durable=True)  # moved rows are safe before any is cut
     if not kept_after:
         storage.truncate(METRICS_FILE, first_moved)
     elif isinstance(storage, LocalStorage):
-        _rewrite_local(storage, size, point)
+        storage.write_chunks(METRICS_FILE, _kept_blocks(storage, size, point))
     else:
-        keep = [raw for _, _, raw in _iter_file_lines(storage, METRICS_FILE, size) if not _moves(raw, point)]
-        storage.write(METRICS_FILE, b"".join(keep))
+        storage.write(METRICS_FILE, b"".join(_kept_blocks(storage, size, point)))
     note(
         f"resuming at step {point}: moved {n_moved} metric rows with step >= {point} "
         f"to {SUPERSEDED_FILE} ({n_kept} rows kept)",
@@ -260,36 +263,52 @@ def supersede(storage: Storage, point: int, note: Callable[..., None]) -> None:
     )
 
 
-def _moves(raw: bytes, point: int) -> bool:
-    """True when the line ``raw`` is a row :func:`supersede` moves (blank lines are dropped)."""
-    line = raw.rstrip(b"\r\n")
-    if not line.strip():
-        return True
-    try:
-        step = resume_position(line)
-    except ValueError:
-        return False
-    return isinstance(step, (int, float)) and step >= point
+def _kept_blocks(storage: Storage, size: int, point: int) -> Iterator[bytes]:
+    """The first ``size`` bytes of metrics.jsonl without the rows :func:`supersede` moves
+    and without blank lines, one piece per block read, each line ending in a newline."""
+    for _, _, lines in _iter_blocks(storage, METRICS_FILE, size):
+        keep = [
+            line
+            for line, p in zip(lines, _positions(lines), strict=True)
+            if p is not _BLANK and not _moves(p, point)
+        ]
+        if keep:
+            yield b"\n".join(keep) + b"\n"
 
 
-def _rewrite_local(storage: LocalStorage, size: int, point: int) -> None:
-    """Rewrite the first ``size`` bytes of the local metrics.jsonl without the rows
-    :func:`supersede` moves, streamed through :meth:`LocalStorage.write_chunks`."""
-    lines = _iter_file_lines(storage, METRICS_FILE, size)
-    storage.write_chunks(
-        METRICS_FILE,
-        (raw if raw.endswith(b"\n") else raw + b"\n" for _, _, raw in lines if not _moves(raw, point)),
-    )
+_BATCH_KEY = b'"progress/batch"'
+#: what follows the key when its value is a JSON number: ``: <number>`` then ``,`` or ``}``
+_BATCH_VALUE = re.compile(rb"\s*:\s*(-?(?:0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?)\s*[,}]")
 
 
 def resume_position(line: bytes) -> Any:
     """Where a metrics row stands in the loop: its ``progress/batch`` when it has a number
     there (the loop's batch index, what checkpoint ``batch`` counts), else its ``step``.
 
+    Like :func:`rllog._format.jsonl.row_step` for ``step``, a row shaped like the rows
+    JSON writers produce (an object whose ``progress/batch`` key sits at its top level,
+    holding a plain number) is read from its bytes up to that number, without decoding:
+    resume reads every row of a long file, and decoding each one would cost several
+    times reading the file. As there, the rest of the row is not validated and a second
+    ``progress/batch`` key later in the row (which no JSON writer produces) is not looked
+    for. Any other row (the key inside a nested object or a string, a ``NaN`` token, a
+    non-number value) is decoded.
+
     Raises:
         ValueError: the line is not JSON.
     """
-    if b'"progress/batch"' in line:
+    i = line.find(_BATCH_KEY)
+    if i > 0:
+        m = _BATCH_VALUE.match(line, i + len(_BATCH_KEY))
+        if (
+            m is not None
+            and line[0] == 0x7B  # {
+            and line[i - 1] in b"{, \t"  # the quote opens a key: a quote inside a string is escaped
+            and line.find(b"{", 1, i) < 0  # no object opens before the key: it is at the top level
+            and (line[-1] == 0x7D or line.rstrip().endswith(b"}"))  # the row's object closes
+        ):
+            number, frac, exp = m.groups()
+            return int(number) if frac is None and exp is None else float(number)
         row = decode_json(line)
         value = row.get("progress/batch") if isinstance(row, dict) else None
         if isinstance(value, (int, float)) and not isinstance(value, bool):

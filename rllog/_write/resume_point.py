@@ -138,9 +138,9 @@ def move_reports_aside(storage: Storage, point: int | float, note: Callable[...,
     ``.2``, ``.3``... suffix. Returns the names moved."""
     moved: list[str] = []
     for name in storage.list():
-        if "/" in name:
+        if name.startswith(f"{SUPERSEDED_DIR}/"):
             continue
-        parsed = parse_artifact_name(name)
+        parsed = parse_artifact_name(name)  # both layouts (iteration_NNNNNN/train.html too)
         if parsed is None or parsed[2] < point:
             continue
         target, n = f"{SUPERSEDED_DIR}/{name}", 1

@@ -204,10 +204,12 @@ def encode_rollouts(
     tags: Any = None,
     sampling_client_step: Any = None,
     strict_json: bool = False,
+    layout: str = "flat",
 ) -> tuple[str, list[TrajectorySummary], bytes]:
-    """``(file name, records, file bytes)`` that :func:`write_rollouts` writes (same arguments)."""
+    """``(file name, records, file bytes)`` that :func:`write_rollouts` writes (same arguments;
+    ``layout`` names the file as :func:`rllog._format.layout.artifact_name`)."""
     _check_order(iteration, groups, "encode_rollouts")
-    name = artifact_name(iteration, "rollout_summaries", eval_name)
+    name = artifact_name(iteration, "rollout_summaries", eval_name, layout)
     records, dirty, recheck = build(
         groups, iteration, _split_for(split, eval_name), tags, sampling_client_step
     )

@@ -30,11 +30,15 @@ def html_bytes(trace: Trace) -> bytes:
     return _page_bytes(trace.view())
 
 
-def write_trace(storage: Any, trace: Trace, iteration: int, eval_name: str | None = None) -> tuple[str, str]:
+def write_trace(
+    storage: Any, trace: Trace, iteration: int, eval_name: str | None = None, layout: str = "flat"
+) -> tuple[str, str]:
     """Write ``trace`` as the iteration's HTML report and logtree JSON through ``storage``.
 
     Files (README.md, "Files in a run"): ``train_iteration_NNNNNN.html`` + ``..._logtree.json``, or
-    ``eval_<safe name>_iteration_NNNNNN...`` when ``eval_name`` is given. Each is
+    ``eval_<safe name>_iteration_NNNNNN...`` when ``eval_name`` is given; with
+    ``layout="tinker"`` ``iteration_NNNNNN/train.html``, ``iteration_NNNNNN/eval_<safe name>.html``
+    (:func:`rllog._format.layout.artifact_name`). Each is
     written atomically (``storage.write``); the JSON first. The page links the run's
     ``index.html`` and, for a train report, the previous and next iteration's report.
 
@@ -45,9 +49,9 @@ def write_trace(storage: Any, trace: Trace, iteration: int, eval_name: str | Non
         OSError: the storage failed (nothing half-written is visible).
         TypeError / ValueError: a bad ``iteration`` or ``eval_name``.
     """
-    html_name = artifact_name(iteration, "html", eval_name)
-    json_name = artifact_name(iteration, "logtree", eval_name)
-    trace._nav = _neighbours(iteration, eval_name)
+    html_name = artifact_name(iteration, "html", eval_name, layout)
+    json_name = artifact_name(iteration, "logtree", eval_name, layout)
+    trace._nav = _neighbours(iteration, eval_name, layout)
     if trace.path is None:
         trace.path = _normal_url(f"{storage.url}/{html_name}")
     view = trace.view()
@@ -56,17 +60,24 @@ def write_trace(storage: Any, trace: Trace, iteration: int, eval_name: str | Non
     return html_name, json_name
 
 
-def _neighbours(iteration: int, eval_name: str | None) -> list[tuple[str, str]]:
+def _neighbours(iteration: int, eval_name: str | None, layout: str = "flat") -> list[tuple[str, str]]:
     """Links of a written report: the run's ``index.html`` (written by ``rllog index``) and,
     for a train report, the previous and next iteration's report by their conventional
     names. The next one does not exist yet when this one is written (a static site may
     show "not found" for the last iteration; the index lists what exists). Evaluations
     run at intervals the report cannot know, so an eval report links the index only."""
-    nav = [("Run index", "index.html")]
+    here = posixpath.dirname(artifact_name(iteration, "html", eval_name, layout))
+
+    def rel(name: str) -> str:  # links are relative to the page's own folder
+        return posixpath.relpath(name, here) if here else name
+
+    nav = [("Run index", rel("index.html"))]
     if eval_name is None:
         if iteration > 0:
-            nav.append((f"← iteration {iteration - 1}", artifact_name(iteration - 1, "html")))
-        nav.append((f"iteration {iteration + 1} →", artifact_name(iteration + 1, "html")))
+            nav.append(
+                (f"← iteration {iteration - 1}", rel(artifact_name(iteration - 1, "html", None, layout)))
+            )
+        nav.append((f"iteration {iteration + 1} →", rel(artifact_name(iteration + 1, "html", None, layout))))
     return nav
 
 
@@ -88,21 +99,22 @@ def iteration_trace(
     title: str | None = None,
     strict_json: bool = False,
     warn: Callable[[str, str], None] | None = None,
+    layout: str = "flat",
 ) -> Iterator[Trace]:
     """Trace one iteration (or one evaluation) and write its report at the end.
 
     The body runs with a fresh :class:`Trace` current (module calls go into it). When the
     block ends, normally or by an exception (recorded in the trace, at the top of the
     page when raised outside every scope, then re-raised), :func:`write_trace` writes
-    the HTML and JSON. Odd data given to content calls is reported through ``warn`` too. A storage failure there never
+    the HTML and JSON (file names by ``layout``, see :func:`write_trace`). Odd data given to content calls is reported through ``warn`` too. A storage failure there never
     propagates: it is reported through ``warn(kind, message)`` (``RunLogger._warn_once``;
     default :func:`warnings.warn`) naming the files not written.
 
     Raises:
-        TypeError / ValueError: bad ``iteration``, ``eval_name`` or ``num_groups_to_log``
-            (at entry, before the body runs).
+        TypeError / ValueError: bad ``iteration``, ``eval_name``, ``num_groups_to_log`` or
+            ``layout`` (at entry, before the body runs).
     """
-    artifact_name(iteration, "html", eval_name)  # validate before the body runs
+    artifact_name(iteration, "html", eval_name, layout)  # validate before the body runs
     if title is None:
         title = (
             f"Train iteration {iteration}"
@@ -119,9 +131,9 @@ def iteration_trace(
             raise
         finally:
             try:
-                write_trace(storage, trace, iteration, eval_name)
+                write_trace(storage, trace, iteration, eval_name, layout)
             except Exception as exc:
-                names = f"{artifact_name(iteration, 'html', eval_name)} and _logtree.json"
+                names = f"{artifact_name(iteration, 'html', eval_name, layout)} and _logtree.json"
                 message = f"the logtree report {names} was not written to {storage.url}: {type(exc).__name__}: {exc}"
                 if warn is None:
                     import warnings

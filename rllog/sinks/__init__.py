@@ -1,6 +1,6 @@
-"""Report a run's rows to the trackers a team watches: wandb, TensorBoard, the console.
+"""Report a run's rows to the trackers a team watches: wandb, TensorBoard, trackio, the console.
 
-``RunLogger(..., report_to=["wandb", "tensorboard"])`` (or ``"all"`` for every installed
+``RunLogger(..., report_to=["wandb", "tensorboard", "trackio"])`` (or ``"all"`` for every installed
 tracker, or option objects such as ``rllog.sinks.Wandb(project="p", mode="offline")``)
 sends every metrics row, the config, each checkpoint record, the iteration reports and
 rollout summaries, and the live doctor's findings to each sink. metrics.jsonl stays the
@@ -19,6 +19,9 @@ sink          extra                          what it gets
                                              (``wandb.Table``), findings (``run.alert``)
 ``tensorboard`` ``'rllog[tensorboard]'``     scalars, config (text + hparams),
                                              checkpoints, report links and findings (text)
+``trackio``   ``'rllog[trackio]'``           rows and config in trackio's local store
+                                             (``$TRACKIO_DIR``, never the network),
+                                             findings (trackio alerts)
 ``console``   (none)                         one line per row, checkpoint and finding on stderr
 ============  =============================  ==========================================
 """
@@ -32,9 +35,10 @@ from typing import Any, Protocol, runtime_checkable
 from rllog.sinks._console import Console
 from rllog.sinks._dispatch import SinkRun
 from rllog.sinks._tensorboard import TensorBoard
+from rllog.sinks._trackio import Trackio
 from rllog.sinks._wandb import Wandb
 
-__all__ = ["Sink", "BaseSink", "SinkRun", "Wandb", "TensorBoard", "Console", "resolve_sinks"]
+__all__ = ["Sink", "BaseSink", "SinkRun", "Wandb", "TensorBoard", "Trackio", "Console", "resolve_sinks"]
 
 
 @runtime_checkable
@@ -101,13 +105,14 @@ class BaseSink:
 _TRACKERS = {
     "wandb": (Wandb, "wandb"),
     "tensorboard": (TensorBoard, "tensorboard"),
+    "trackio": (Trackio, "trackio"),
 }
 _NAMES = (*_TRACKERS, "console")
 
 
 def resolve_sinks(report_to: str | Any | Iterable[str | Any] | None) -> list[Any]:
     """The sink objects for ``report_to``: a name (``"wandb"``, ``"tensorboard"``,
-    ``"console"``), ``"all"`` (every tracker whose package is installed),
+    ``"trackio"``, ``"console"``), ``"all"`` (every tracker whose package is installed),
     ``"none"``/None/``[]``, a sink object, or a list of these.
 
     Raises:
@@ -115,6 +120,8 @@ def resolve_sinks(report_to: str | Any | Iterable[str | Any] | None) -> list[Any
         TypeError: an item that is neither a name nor a sink object.
         ImportError: a named tracker's package is not installed (the message gives the
             ``pip install 'rllog[...]'`` line); raised here, at RunLogger construction.
+        ValueError: also when trackio is named and a variable that would send its data off
+            the machine (``TRACKIO_SPACE_ID``...) is set; see :mod:`rllog.sinks._trackio`.
     """
     if report_to is None or report_to == "none":
         return []

@@ -52,6 +52,9 @@ class SinkRun:
         state: what this sink stored in ``trackers.json`` last time (its run id...), ``{}``
             for a new run or when not resuming.
         config: the redacted config dict given at construction, or None.
+        save_state: ``save_state(name, state)`` writes a sink's resume state to
+            ``trackers.json`` now (set by the dispatcher; a sink calls it, on the sink
+            thread, when what it must never reuse after a kill -9 moves on).
     """
 
     log_path: str
@@ -61,6 +64,7 @@ class SinkRun:
     resume_step: int | None = None
     state: dict[str, Any] = field(default_factory=dict)
     config: dict[str, Any] | None = None
+    save_state: Callable[[str, dict[str, Any]], None] | None = None
 
 
 class _Stats:
@@ -112,6 +116,7 @@ class Dispatcher:
             raise ValueError(f"sink queue_size must be >= 1, got {queue_size}")
         self.sinks = sinks
         self.run = run
+        run.save_state = self._save_one
         self._warn = warn
         self._cap = queue_size
         self._queue: collections.deque[tuple[int | str, Any]] = collections.deque()
@@ -261,6 +266,18 @@ class Dispatcher:
         try:
             old = decode_json(storage.read(TRACKERS_FILE)) if storage.exists(TRACKERS_FILE) else {}
             storage.write(TRACKERS_FILE, encode_json({**old, **new}, indent=2) + b"\n")
+        except (OSError, ValueError) as exc:
+            self._warn(
+                "sinks:state",
+                f"could not write {TRACKERS_FILE} ({exc}); a resume may start tracker steps over",
+            )
+
+    def _save_one(self, name: str, state: dict[str, Any]) -> None:
+        """Write one sink's state into trackers.json (read, merge, write)."""
+        storage = self.run.storage
+        try:
+            old = decode_json(storage.read(TRACKERS_FILE)) if storage.exists(TRACKERS_FILE) else {}
+            storage.write(TRACKERS_FILE, encode_json({**old, name: state}, indent=2) + b"\n")
         except (OSError, ValueError) as exc:
             self._warn(
                 "sinks:state",

@@ -1,11 +1,14 @@
 """The wandb sink: history rows, config, checkpoints, reports, rollouts and findings.
 
 Steps and resumes: wandb's own ``_step`` is rllog's count of what it logged to the wandb
-run and only grows, across resumes too (online it continues from the run's
-``starting_step``; offline from the count kept in ``trackers.json`` at the last close),
-so wandb never drops a row (it ignores a ``step=`` below its last one). After a kill -9
-in offline mode the count is the one of the last clean close, so rows logged after it
-may share ``_step`` values with the resumed run's. The training step is the row's ``step`` key, declared
+run and only grows, across resumes too, so wandb never drops a row (it ignores a
+``step=`` below its last one). A resume continues from the largest of the run's
+``starting_step`` (online) and ``next_step`` in ``trackers.json``, which always lies past
+every ``_step`` this process used: the sink reserves ``_step`` values in blocks of
+:data:`STEP_BLOCK` and writes the end of the block to ``trackers.json`` before using it
+(one small write per block), and the exact count at a clean close. After a kill -9 the
+resumed run starts past the killed one's last ``_step`` (a gap of at most one block,
+harmless to wandb), never on it. The training step is the row's ``step`` key, declared
 with ``define_metric("*", step_metric="step")`` so charts use it as their x axis. On a
 resume the same wandb run continues (its id is kept in the run's ``trackers.json``), and
 every row after the resume also holds ``rllog/segment`` (1 for the first resume, 2 for
@@ -22,6 +25,9 @@ from typing import Any
 from rllog.sinks._common import require
 
 __all__ = ["Wandb"]
+
+#: ``_step`` values reserved per write of trackers.json (see the module docstring)
+STEP_BLOCK = 1000
 
 
 @dataclass
@@ -55,6 +61,10 @@ class Wandb:
     run: Any = field(default=None, init=False, repr=False)
     _segment: int = field(default=0, init=False, repr=False)
     _step: int = field(default=0, init=False, repr=False)
+    _reserved: int = field(
+        default=0, init=False, repr=False
+    )  # trackers.json's next_step: no _step reaches it
+    _save: Any = field(default=None, init=False, repr=False)
     _wandb: Any = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -91,12 +101,14 @@ class Wandb:
             **self.init_kwargs,
         )
         # wandb's own step: online, wandb says where the resumed run stands; offline it does
-        # not know, so the count kept in trackers.json at the last close is used
+        # not know, so trackers.json's next_step (past every _step used) is used
         self._step = (
             max(int(getattr(self.run, "starting_step", 0) or 0), int(state.get("next_step", 0)))
             if self._segment
             else 0
         )
+        self._reserved = self._step + STEP_BLOCK  # open's state (saved by the dispatcher) holds it
+        self._save = run.save_state
         self.run.define_metric("step")
         self.run.define_metric("*", step_metric="step")
         if self._segment:
@@ -112,15 +124,24 @@ class Wandb:
             "project": run.project,
             "entity": run.entity,
             "segments": self._segment,
-            "next_step": self._step,
+            "next_step": self._reserved,
         }
+
+    def _next_step(self) -> int:
+        """The next ``_step``; reserves a new block in trackers.json before the last one runs out."""
+        step = self._step
+        if step >= self._reserved:
+            self._reserved = step + STEP_BLOCK
+            if self._save is not None:
+                self._save(self.name, self.state())
+        self._step = step + 1
+        return step
 
     def log_metrics(self, step: int, row: dict[str, Any]) -> None:
         data = {"step": step, **row}
         if self._segment:
             data["rllog/segment"] = self._segment
-        self.run.log(data, step=self._step)
-        self._step += 1
+        self.run.log(data, step=self._next_step())
 
     def log_config(self, config: dict[str, Any]) -> None:
         self.run.config.update(config, allow_val_change=True)
@@ -131,9 +152,8 @@ class Wandb:
     def log_report(self, report: dict[str, Any]) -> None:
         self.run.log(
             {f"reports/{report['split']}": self._wandb.Html(report["content"]), "step": report["iteration"]},
-            step=self._step,
+            step=self._next_step(),
         )
-        self._step += 1
 
     def log_rollouts(self, rollouts: dict[str, Any]) -> None:
         columns = ["group_idx", "traj_idx", "total_reward", "final_reward", "final_ob_len", "steps", "tags"]
@@ -143,8 +163,9 @@ class Wandb:
                 *(r.get(c) if c != "steps" else len(r.get("steps") or []) for c in columns[:-1]),
                 ",".join(r.get("tags") or []),
             )
-        self.run.log({f"rollouts/{rollouts['split']}": table, "step": rollouts["iteration"]}, step=self._step)
-        self._step += 1
+        self.run.log(
+            {f"rollouts/{rollouts['split']}": table, "step": rollouts["iteration"]}, step=self._next_step()
+        )
 
     def log_finding(self, finding: dict[str, Any]) -> None:
         level = {"error": "ERROR", "warning": "WARN"}.get(finding["severity"], "INFO")
@@ -160,4 +181,7 @@ class Wandb:
 
     def close(self) -> None:
         if self.run is not None:
+            self._reserved = self._step  # a clean close: the next resume continues with no gap
+            if self._save is not None:
+                self._save(self.name, self.state())
             self.run.finish()

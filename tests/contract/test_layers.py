@@ -39,6 +39,7 @@ LAYERS: dict[str, tuple[int, str | None]] = {
     "rllog.importers": (5, None),
     "rllog._demo": (5, None),
     "rllog.cli": (5, None),
+    "rllog.serve": (5, "read"),
     "rllog._indexjob": (5, None),  # index.html in its own process (RunLogger.close)
     "rllog.__main__": (5, None),
     "rllog": (5, None),  # the package's __init__: the public surface
@@ -266,3 +267,29 @@ def test_function_level_imports_count(tmp_path):
     nested.write_text("def f():\n    from rllog._read import run\n")
     found = list(imports_of(nested, {"rllog._read.run"}, name="rllog._format.m"))
     assert found == [("rllog._read.run", 2)]
+
+
+#: what a pure layer-0 module may not use: file, process and network access
+IMPURE = {"pathlib", "shutil", "subprocess", "socket", "tempfile", "fsspec", "urllib.request", "http", "glob"}
+
+
+def test_layer_0_format_modules_do_no_io():
+    """``rllog/_format`` is pure: no file, process or network access (``os`` only for
+    ``os.PathLike``/``os.fspath``); I/O comes in through a parameter (a Storage, bytes)."""
+    problems = []
+    for path in sorted((PACKAGE / "_format").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module]
+            for n in names:
+                if n.split(".")[0] in IMPURE or n in IMPURE:
+                    problems.append(f"{path.name}:{node.lineno} imports {n}")
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "open":
+                problems.append(f"{path.name}:{node.lineno} calls open()")
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "os":
+                if node.attr not in ("PathLike", "fspath"):
+                    problems.append(f"{path.name}:{node.lineno} uses os.{node.attr}")
+    assert problems == []

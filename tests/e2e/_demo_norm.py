@@ -1,7 +1,7 @@
 """Normalise a demo run folder for byte comparison: one SHA-256 per file, with the run's
 path, ISO timestamps and the values of ``time/*`` metrics (wall-clock durations) masked.
 
-``code.diff`` (the repository's state), ``.rllog.lock`` (a pid) and ``index.html`` (it
+``code.diff`` (the repository's state), ``.rllog.lock`` and ``run_status.json`` (a pid, a host) and ``index.html`` (it
 charts ``time/*``) are left out."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 ISO = re.compile(rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:\+00:00|Z)?")
-SKIP = {".rllog.lock", "code.diff", "index.html"}
+SKIP = {".rllog.lock", "code.diff", "index.html", "run_status.json"}  # run_status.json: pid, host
 
 
 def normalise(folder: Path) -> dict[str, str]:

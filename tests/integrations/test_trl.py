@@ -169,3 +169,28 @@ def test_resume_from_checkpoint_has_no_step_twice(tmp_path):
     assert sorted({r["step"] for r in moved}) == [3, 4]
     assert len(read_run(path).restarts) == 0
     assert list(read_run(path).train_metrics["step"]) == [1, 2, 3, 4]
+
+
+def test_report_to_rllog_after_register(tmp_path, monkeypatch):
+    """``register()`` then ``report_to=["rllog"]``: transformers builds rllog's callback itself
+    (no trainer handle, so no completions); the run goes to ``$RLLOG_DIR/<run_name>``."""
+    from transformers.integrations import integration_utils
+
+    from rllog.integrations.trl import register
+
+    monkeypatch.setitem(integration_utils.INTEGRATION_TO_CALLBACK, "rllog", None)  # undone after the test
+    register()
+    monkeypatch.setenv("RLLOG_DIR", str(tmp_path / "runs"))
+    tr = tiny_trainer("grpo", str(tmp_path / "out"), steps=2, report_to=["rllog"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tr.train()
+    path = tmp_path / "runs" / "grpo_tiny"
+    rows = [json.loads(line) for line in open(path / "metrics.jsonl")]
+    assert len(rows) == len(tr.state.log_history) == 4  # 2 train + 1 eval + final
+    for row, hist in zip(rows, tr.state.log_history, strict=True):
+        assert row["step"] == hist["step"] and all(_same(row[k], hist[k]) for k in hist)
+    assert json.loads((path / "config.json").read_text())["args"]["report_to"] == ["rllog"]
+    ckpts = [json.loads(line) for line in open(path / "checkpoints.jsonl")]
+    assert [os.path.basename(c["state_path"]) for c in ckpts] == ["checkpoint-2"]
+    assert not [f for f in check_run(str(path)) if f.severity == "error"]

@@ -96,7 +96,7 @@ def trainer(kind: str, out: str, steps: int = 4, **overrides):
     torch.set_num_threads(2)
     path = model_dir(out)
     Config, Trainer = (GRPOConfig, GRPOTrainer) if kind == "grpo" else (RLOOConfig, RLOOTrainer)
-    cfg = Config(
+    settings = dict(
         output_dir=out,
         run_name=f"{kind}_tiny",
         max_steps=steps,
@@ -120,8 +120,9 @@ def trainer(kind: str, out: str, steps: int = 4, **overrides):
         dataloader_num_workers=0,
         seed=0,
         temperature=1.0,
-        **overrides,
     )
+    settings.update(overrides)  # any setting can be overridden
+    cfg = Config(**settings)
     ds = dataset()
     return Trainer(
         model=AutoModelForCausalLM.from_pretrained(path),

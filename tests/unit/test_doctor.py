@@ -14,7 +14,7 @@ from realdata import needs_full
 
 from rllog._format.rows import nonfinite_cells
 from rllog.cli import main
-from rllog.doctor import Thresholds, check_run, diagnose
+from rllog.doctor import Thresholds, check_run, diagnose, thresholds_from_file
 
 
 def _only(findings, check):
@@ -192,11 +192,11 @@ def test_unknown_metrics_only_get_an_info():
 def test_thresholds_from_files_and_bad_values(tmp_path):
     (tmp_path / "t.toml").write_text("ratio_high = 4.0\npersist = 2\n")
     (tmp_path / "t.json").write_text('{"entropy_floor": 0.1}')
-    assert Thresholds.from_file(tmp_path / "t.toml") == Thresholds(ratio_high=4.0, persist=2)
-    assert Thresholds.from_file(tmp_path / "t.json").entropy_floor == 0.1
+    assert thresholds_from_file(tmp_path / "t.toml") == Thresholds(ratio_high=4.0, persist=2)
+    assert thresholds_from_file(tmp_path / "t.json").entropy_floor == 0.1
     (tmp_path / "bad.json").write_text('{"ratio_hgh": 3}')
     with pytest.raises(ValueError, match="ratio_hgh"):
-        Thresholds.from_file(tmp_path / "bad.json")
+        thresholds_from_file(tmp_path / "bad.json")
     with pytest.raises(ValueError, match="valid names"):
         Thresholds().with_overrides({"nope": 1})
     with pytest.raises(ValueError, match="name=value"):

@@ -231,13 +231,13 @@ def test_refresh_reads_only_new_bytes(tmp_path):
             logger.log_metrics(s, {"reward": s / 10})
         run = read_run(storage)
         size = storage.size("metrics.jsonl")
-        assert storage.ranges == [(0, size)]
+        assert storage.ranges == [(0, 1 << 20)]  # the head only, for the step column
         logger.log_metrics(3, {"reward": 0.3})
         new = run.refresh()
         assert new == [{"step": 3, "reward": 0.3}]
-        assert storage.ranges[-1] == (size, storage.size("metrics.jsonl"))
+        assert storage.ranges[1:] == [(0, size), (size, storage.size("metrics.jsonl"))]
         assert run.metrics["reward"].tolist() == [0.0, 0.1, 0.2, 0.3]
-        assert run.refresh() == [] and len(storage.ranges) == 2  # nothing new: no read at all
+        assert run.refresh() == [] and len(storage.ranges) == 3  # nothing new: no read at all
 
 
 def test_tail_leaves_a_partial_line_for_later_and_restarts_on_rewrite(tmp_path):

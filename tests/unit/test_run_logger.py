@@ -706,7 +706,10 @@ def test_every_writing_call_after_close_raises_the_same_error(tmp_path):
         with pytest.raises(RuntimeError, match="on a closed RunLogger"):
             call()
             pytest.fail(f"{name} after close did not raise")
-    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == ["metrics.jsonl"]
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == [
+        "metrics.jsonl",
+        "run_status.json",  # the status marker (written at start and close)
+    ]
     assert (tmp_path / "metrics.jsonl").read_bytes() == b""
 
 
@@ -746,3 +749,19 @@ def test_a_logger_on_a_storage_object_pickles_that_storage(tmp_path):
         worker.log_rollouts(2, [[{"steps": [{"reward": 1.0}]}]])
         worker.close()
     assert (tmp_path / "train_iteration_000002_rollout_summaries.jsonl").exists()
+
+
+def test_a_step_logged_twice_with_a_clashing_value_warns_once(tmp_path):
+    with RunLogger(tmp_path, code_diff=False, index=False) as logger:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            logger.log_metrics(0, {"reward": 1.0, "kl": 0.1})
+            logger.log_metrics(0, {"test/reward": 0.5})  # new keys for the step: fine
+        with pytest.warns(RuntimeWarning, match="step 0 was logged twice"):
+            logger.log_metrics(0, {"kl": float("nan"), "x": 1})  # NaN over 0.1 clashes
+        logger.log_metrics(0, {"kl": 0.2})  # warned once per logger
+    assert sum("logged twice" in w for w in logger.warnings) == 1
+    with RunLogger(tmp_path / "b", code_diff=False, index=False) as logger:
+        logger.log_metrics(1, {"reward": 1.0})
+        logger.log_metrics(1, {"reward": 2.0})
+    assert any("step 1 was logged twice with different values for 'reward'" in w for w in logger.warnings)

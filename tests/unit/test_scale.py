@@ -193,3 +193,94 @@ def test_pickled_loggers_in_another_process(tmp_path):
     assert "null NullRunLogger False 1" in out
     assert "memory:// runs live in the memory of the process that opened them" in out
     assert not (tmp_path / "metrics.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    ("line", "position"),
+    [
+        (b'{"step": 1, "progress/batch": 5, "a": 1}', 5),
+        (b'{"step":1,"progress/batch":5.5}', 5.5),
+        (b'{"step":1, "progress/batch" : -2.5E-1 }\r', -0.25),
+        (b'{"step":1,"progress/batch":NaN}', "nan"),
+        (b'{"step":2,"a":NaN,"progress/batch":4}', 4),
+        (b'{"step":1,"progress/batch":true}', 1),  # a bool is no batch index: the step
+        (b'{"step":1,"progress/batch":"3"}', 1),
+        (b'{"step":1,"progress/batch":null}', 1),
+        (b'{"step":1,"x":{"progress/batch":9}}', 1),  # nested: not the row's key
+        (b'{"x":{"a":1},"progress/batch":4}', 4),
+        (b'{"step":1,"a":"\\"progress/batch\\":3"}', 1),  # inside a string
+        (b'{"step":1,"a":"progress/batch","b":2}', 1),  # a value, not a key
+        (b'[{"progress/batch":4}]', None),
+        (b'{"step":3}', 3),
+        (b'{"x":1}', None),
+        (b'{"step":1,"progress/batch":99999999999999999999999}', 99999999999999999999999),
+    ],
+)
+def test_resume_position_read_from_bytes_agrees_with_decoding(line, position):
+    """The byte-level read of ``progress/batch`` gives what decoding the row gives."""
+    got = resume.resume_position(line)
+    if position == "nan":
+        assert got != got
+    else:
+        assert got == position and type(got) is type(position)
+
+
+@pytest.mark.parametrize("line", [b'{"s', b'{"step":1,"progress/batch":01}', b"  "])
+def test_resume_position_of_a_line_that_is_not_json_raises(line):
+    with pytest.raises(ValueError):
+        resume.resume_position(line)
+
+
+# -- readers ------------------------------------------------------------------------------
+
+
+def _wide_run(path: Path, rows: int, keys: int) -> None:
+    with RunLogger(path, code_diff=False, index=False) as logger:
+        for s in range(rows):
+            logger.log_metrics(
+                s,
+                {"nan": float("nan"), "inf": float("inf"), **{f"k/{j}": s * 0.5 + j for j in range(keys)}},
+            )
+
+
+def test_metrics_are_built_column_by_column_in_bounded_memory(tmp_path, monkeypatch):
+    """A clean run's DataFrame is parsed column by column: Python's peak while building
+    it stays under twice the DataFrame (a dict per row costs several times the file),
+    NaN/Infinity survive, and the frame equals the row-by-row one."""
+    import pandas as pd
+
+    from rllog import read_run
+    from rllog._read import columnar
+    from rllog._read.run import _to_frame
+
+    monkeypatch.setattr(columnar, "_BLOCK", 256 << 10)
+
+    _wide_run(tmp_path, 4000, 40)
+    run = read_run(tmp_path)
+    holder: list = []
+    peak = _peak_of(lambda: holder.append(run.metrics))
+    df = holder[0]
+    final = int(df.memory_usage(deep=True).sum())
+    assert peak < 2 * final, f"built with a {peak / 2**20:.1f} MiB peak for a {final / 2**20:.1f} MiB frame"
+    assert df["nan"].isna().all() and (df["inf"] == float("inf")).all()
+    assert run.warnings == []
+    pd.testing.assert_frame_equal(df, _to_frame(run.rows, "step"))
+
+
+def test_columns_reads_only_the_keys_asked_for(tmp_path):
+    from rllog import read_run
+
+    _wide_run(tmp_path, 50, 5)
+    run = read_run(tmp_path, columns=["k/3", "nan"])
+    assert list(run.metrics.columns) == ["step", "k/3", "nan"]
+    assert run.metrics["k/3"].tolist() == [s * 0.5 + 3 for s in range(50)]
+    with pytest.raises(KeyError, match="no column 'nope'"):
+        _ = read_run(tmp_path, columns=["nope"]).metrics
+    with pytest.raises(TypeError, match="list of metric names"):
+        read_run(tmp_path, columns="k/3")
+    # repeated steps take the row-by-row path: the same selection
+    with (tmp_path / "metrics.jsonl").open("a") as f:
+        f.write('{"step": 10, "k/3": -1.0}\n')
+    run = read_run(tmp_path, columns=["k/3"])
+    assert list(run.metrics.columns) == ["step", "k/3"] and run.metrics["k/3"].tolist()[-1] == -1.0
+    assert len(run.metrics) == 11 and run.restarts == [(51, 10)]

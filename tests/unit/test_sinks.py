@@ -103,6 +103,18 @@ def test_report_to_misuse_fails_at_construction(tmp_path, monkeypatch):
     assert not (tmp_path / "c").exists()  # nothing opened
 
 
+@pytest.mark.parametrize("var", ["TRACKIO_SPACE_ID", "TRACKIO_SERVER_URL", "TRACKIO_WEBHOOK_URL"])
+def test_trackio_refuses_settings_that_would_send_data_off_the_machine(tmp_path, monkeypatch, var):
+    real = rllog.sinks._common.importlib.util.find_spec
+    monkeypatch.setattr(
+        rllog.sinks._common.importlib.util, "find_spec", lambda n: object() if n == "trackio" else real(n)
+    )
+    monkeypatch.setenv(var, "someone/space")
+    with pytest.raises(ValueError, match=f"local store only.*{var}.*trackio.sync"):
+        RunLogger(tmp_path / "t", report_to="trackio")
+    assert not (tmp_path / "t").exists()  # nothing opened
+
+
 def _live(tmp_path, rows, name="live"):
     fired, seen = [], threading.Event()
 
