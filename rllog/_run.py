@@ -778,7 +778,8 @@ class RunLogger:
         """Write run_status.json ``running`` (see :mod:`rllog._write.status`)."""
         from rllog._write.status import mark_started
 
-        self._status_record = mark_started(self.storage, self._notes.warn_once)
+        reachable = getattr(self.storage, "outage_at_open", None) is None  # see _start
+        self._status_record = mark_started(self.storage, self._notes.warn_once, read_previous=reachable)
 
     def _status_ended(self) -> None:
         """Rewrite run_status.json as ``finished`` (``failed`` when the ``with`` block raised)."""
