@@ -217,13 +217,18 @@ class RunLogger:
         if not self._worker:
             self._run_lock, holder = lock_run(self.storage)
             if holder is not None:
+                self._abandon_open()
                 raise RuntimeError(
                     f"{self.log_path} is being written by process {holder} (it holds .rllog.lock): "
                     f"{'a resume' if resume else 'a second run'} there would mix both processes' rows. Stop "
                     "that process first (a requeued job whose old copy still runs), log to another path, or "
                     "pass shared=True to add this process's rows and reports to the same run on purpose"
                 )
-            self._start(resume)
+            try:
+                self._start(resume)
+            except BaseException:
+                self._abandon_open()
+                raise
             self._status_started()
         warn = self._notes.warn_once
         self._metrics = MetricsWriter(self.storage, strict_json=strict_json, console=console, warn=warn)
@@ -265,6 +270,19 @@ class RunLogger:
         self._metrics.console = value
 
     # -- start of a run -------------------------------------------------------------
+
+    def _abandon_open(self) -> None:
+        """``__init__`` is raising: release the run lock and close the storage it opened
+        without waiting (an open bucket handle would otherwise wait out its close timeout
+        at exit; bytes it adopted stay in their spill journal)."""
+        if self._run_lock is not None:
+            unlock_run(self.storage, self._run_lock)
+            self._run_lock = None
+        if self._owns_storage:
+            try:
+                self.storage.close(timeout=0)
+            except OSError:
+                pass
 
     def _start(self, resume: bool) -> None:
         storage = self.storage

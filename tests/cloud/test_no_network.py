@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from rllog import RunLogger
+from rllog._storage.staged import _OPEN_STORAGES
 from rllog.errors import StorageError
 
 REQUEST_TIMEOUT = 2.0
@@ -68,3 +69,5 @@ def test_resume_with_no_network_fails_at_once(dead_endpoint: str) -> None:
         warnings.simplefilter("ignore")
         RunLogger("gs://no-network/run", resume=True, code_diff=False, **options)
     assert time.monotonic() - t0 <= REQUEST_TIMEOUT + 2.0
+    # the handle the failed open made is closed, not left to wait out its close timeout at exit
+    assert not [s for s in _OPEN_STORAGES if s.url == "gs://no-network/run"]
