@@ -18,7 +18,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from rllog._format.layout import CHECKPOINTS_FILE
@@ -453,17 +453,27 @@ class FsspecStorage:
                     oldest[name] = min(oldest.get(name, staged.seq), staged.seq)
         names = sorted(oldest, key=lambda n: oldest[n])
         errors: list[BaseException] = []
-        for batch in ([n for n in names if n not in ORDERED_FILES], [n for n in names if n in ORDERED_FILES]):
-            futures: list[Future[None]] = []
-            for name in batch:
+        futures: list[Future[None]] = []
+        for name in names:
+            if name not in ORDERED_FILES:
                 try:
                     futures.append(self._pool.submit(self._upload_name, name))
                 except RuntimeError:  # the pool is shut down (interpreter exit): upload here
                     futures.append(_run_now(self._upload_name, name))
-            for future in futures:
-                error = future.exception()
-                if error is not None:
-                    errors.append(error)
+        for name in names:
+            if name in ORDERED_FILES:  # each time an older file is done, what it held back may go
+                running = set(futures)
+                while True:
+                    try:
+                        self._upload_name(name)
+                    except Exception as exc:
+                        errors.append(exc)
+                        break
+                    if not running or not self._staged_left(name):
+                        break
+                    done, running = wait(running, return_when=FIRST_COMPLETED)
+        wait(futures)
+        errors.extend(e for e in (future.exception() for future in futures) if e is not None)
         error: BaseException | None = errors[0] if errors else None
         if error is not None and self._kind(error) == "permanent":
             error = StoragePermanentError(f"cannot upload to {self.url}: {type(error).__name__}: {error}")
@@ -484,6 +494,10 @@ class FsspecStorage:
             self._last_cycle = (start, error)
             self._wake.notify_all()
         return error
+
+    def _staged_left(self, name: str) -> bool:
+        with self._state:
+            return any(not j.staged[name].empty() for j in self._journals if name in j.staged)
 
     def _upload_name(self, name: str) -> None:
         """Upload ``name`` from each journal holding it, oldest journal first, retrying
