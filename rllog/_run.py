@@ -42,7 +42,7 @@ from rllog._write.metrics import MetricsWriter
 from rllog._write.noclobber import NoClobberStorage
 from rllog._write.notes import Notes
 from rllog._write.rank import process_rank
-from rllog._write.resume import lock_run, repair_torn_tail, supersede, timestamped, unlock_run
+from rllog._write.resume import lock_run, missing_rows, repair_torn_tail, supersede, timestamped, unlock_run
 from rllog._write.rollouts import RolloutFiles, encode_rollouts
 from rllog._write.timing import Timings
 from rllog.errors import StorageError
@@ -310,6 +310,9 @@ class RunLogger:
             self.resume_state = ResumeState.from_record(rec, self.resume_key)
         point = resume_point(storage, rec, self.resume_key, self._notes.note)
         if point is not None:
+            gap = missing_rows(storage, point, rec) if rec is not None else None
+            if gap is not None:
+                self._notes.note(gap)
             supersede(storage, point, self._notes.note)
             move_reports_aside(storage, point, self._notes.note)
 

@@ -233,3 +233,44 @@ def test_run_folder_that_cannot_be_recreated_gets_no_checkpoint_record(tmp_path)
     records = [json.loads(line)["name"] for line in (run / CHECKPOINTS_FILE).read_bytes().splitlines()]
     assert records == ["000010", "000011"]
     logger.close()
+
+
+def _cut_rows(run, keep: int) -> None:
+    """What a power loss on a lying filesystem leaves: the first ``keep`` rows of metrics.jsonl."""
+    lines = (run / "metrics.jsonl").read_bytes().splitlines(keepends=True)
+    (run / "metrics.jsonl").write_bytes(b"".join(lines[:keep]))
+
+
+@pytest.mark.parametrize("every", [1, 10])
+def test_resume_names_rows_that_vanished_after_their_checkpoint(tmp_path, every):
+    """Rows fsynced before a checkpoint record, gone at resume: the resume says which."""
+    run = tmp_path / "run"
+    logger = RunLogger(str(run), code_diff=False, index=False)
+    for i in range(0, 100, every):
+        logger.log_metrics(i, {"x": float(i)})
+    logger.log_checkpoint("000100", batch=100)
+    logger.close()
+    resumed = RunLogger(str(run), resume=True, code_diff=False, index=False)
+    resumed.close()
+    assert not any("missing" in w for w in resumed.warnings), resumed.warnings  # sparse logging is no gap
+    _cut_rows(run, 60 // every)
+    with pytest.warns(RuntimeWarning, match="missing"):
+        resumed = RunLogger(str(run), resume=True, code_diff=False, index=False)
+    resumed.close()
+    said = "\n".join(resumed.warnings)
+    assert f"the last row before it is at {60 - every}" in said and "up to 99" in said, said
+    assert resumed.resume_state is not None and resumed.resume_state.batch == 100
+
+
+def test_resume_gap_check_uses_last_logged_step_of_epoch_records(tmp_path):
+    run = tmp_path / "run"
+    logger = RunLogger(str(run), code_diff=False, index=False)
+    for i in range(30):
+        logger.log_metrics(i, {"x": float(i), "epoch": i // 10})
+    logger.log_checkpoint("e3", batch=0, epoch=3)  # batch counts within the epoch
+    logger.close()
+    _cut_rows(run, 25)
+    with pytest.warns(RuntimeWarning, match="missing"):
+        resumed = RunLogger(str(run), resume=True, code_diff=False, index=False)
+    resumed.close()
+    assert any("after 24 up to 29" in w for w in resumed.warnings), resumed.warnings
