@@ -428,8 +428,9 @@ class RunLogger:
                 back in :attr:`ResumeState.loop_state`.
 
         Locally it returns after the fsyncs (~1 ms). On an object store it returns at
-        once and a background thread appends the record when the upload of everything
-        before it has completed, so a slow or unreachable bucket never stalls the loop.
+        once with the record staged (memory and the spill journal) right after the rows
+        logged before it; the storage uploads it only after those, so a slow or
+        unreachable bucket never stalls the loop and a record never precedes its rows.
 
         A backend failure does not raise: when what was logged before cannot be made
         durable, the record is held back (so a resume never points past data that was
