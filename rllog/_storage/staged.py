@@ -49,8 +49,9 @@ class FsspecStorage:
     per flush, well under GCS's ~1 write/s/object.
 
     Upload cost (:mod:`rllog._storage.objectops`): on GCS the new bytes only (a part object composed
-    onto the file server-side; re-based once per ~1,000 flushes); on S3 the whole file
-    per flush below 5 MiB, the new bytes only above (multipart copy); elsewhere the whole
+    onto the file server-side; re-based once per ~1,000 flushes); on S3 the new bytes
+    as a segment object that readers join, folded server-side into bounded chunks and
+    composed into the file's one object at close (``S3Ops``); elsewhere the whole
     file per flush. ``write`` is one PUT of the whole file: atomic.
 
     Failures: 429, 5xx, timeouts and dropped connections are retried with exponential
@@ -67,11 +68,11 @@ class FsspecStorage:
 
     Many writers: each handle (each process, or each unpickled copy) is its own writer.
     On GCS and S3, two writers appending to one object keep each other's rows (GCS:
-    compose with ``ifGenerationMatch``; S3: ``If-Match``/``If-None-Match``). The tests
-    run this against the GCS emulator behind a proxy that enforces the generation
-    preconditions the emulator ignores, and against moto, which enforces them on PUT
-    (not on completing a multipart upload, so S3 objects over 5 MiB with two writers
-    rely on real S3). Other backends are single-writer per object.
+    compose with ``ifGenerationMatch``; S3: each segment claims its offset with
+    ``If-None-Match``). The tests run this against the GCS emulator behind a proxy that
+    enforces the generation preconditions the emulator ignores, and against moto, which
+    enforces them on PUT (not on completing a multipart upload: two S3 writers closing
+    at the same instant rely on real S3's ``If-Match`` on the compose). Other backends are single-writer per object.
 
     Args:
         url: the run's URL.
@@ -403,6 +404,7 @@ class FsspecStorage:
                     f"cannot write a run to {self.url}: {type(exc).__name__}: {exc}. Check the bucket "
                     "name and that the credentials (storage_options) may list, create and delete objects there."
                 ) from exc
+            self.outage_at_open = f"{type(exc).__name__}: {exc}"  # RunLogger skips its start-up reads
             self._warn_once(
                 "outage",
                 f"rllog: {self.url} is unreachable at open ({type(exc).__name__}: {exc}); "
