@@ -49,7 +49,7 @@ from rllog._write.metrics import MetricsWriter
 from rllog._write.noclobber import NoClobberStorage
 from rllog._write.notes import Notes
 from rllog._write.rank import process_rank
-from rllog._write.resume import lock_run, repair_torn_tail, supersede, timestamped, unlock_run
+from rllog._write.resume import lock_run, missing_rows, repair_torn_tail, supersede, timestamped, unlock_run
 from rllog._write.rollouts import RolloutFiles, encode_rollouts
 from rllog._write.timing import Timings
 from rllog.errors import StorageError
@@ -353,6 +353,9 @@ class RunLogger:
             self.resume_state = ResumeState.from_record(rec, self.resume_key)
         point = resume_point(storage, rec, self.resume_key, self._notes.note)
         if point is not None:
+            gap = missing_rows(storage, point, rec) if rec is not None else None
+            if gap is not None:
+                self._notes.note(gap)
             supersede(storage, point, self._notes.note)
             move_reports_aside(storage, point, self._notes.note)
 
@@ -468,8 +471,9 @@ class RunLogger:
                 back in :attr:`ResumeState.loop_state`.
 
         Locally it returns after the fsyncs (~1 ms). On an object store it returns at
-        once and a background thread appends the record when the upload of everything
-        before it has completed, so a slow or unreachable bucket never stalls the loop.
+        once with the record staged (memory and the spill journal) right after the rows
+        logged before it; the storage uploads it only after those, so a slow or
+        unreachable bucket never stalls the loop and a record never precedes its rows.
 
         A backend failure does not raise: when what was logged before cannot be made
         durable, the record is held back (so a resume never points past data that was
