@@ -89,6 +89,10 @@ def write_runs(root: Path, runs: int, rows: int, keys: int, *, close: bool = Tru
         )
         for step in range(rows):
             logger.log_metrics(step, {name: math.sin(step * 0.001 + j + r) for j, name in enumerate(names)})
+            if step % 2000 == 1999:  # let the tensorboard sink keep up: a full queue drops rows
+                logger._sinks.flush(timeout=TIMEOUT)  # private: a benchmark pacing the writer
+        if logger._sinks.dropped:
+            sys.exit(f"bench_serve: the tensorboard sink dropped {logger._sinks.dropped} rows")
         if close:
             logger.close()
         else:
