@@ -424,8 +424,20 @@ def doctor(run: str, as_json: bool, overrides: tuple[str, ...], config: str | No
 @click.option(
     "--config", type=click.Path(exists=True, dir_okay=False), help="JSON or TOML file with doctor thresholds."
 )
+@click.option(
+    "--smooth",
+    type=click.FloatRange(0.0, 1.0, max_open=True),
+    default=0.6,
+    show_default=True,
+    help="Weight of the smoothed line (TensorBoard's debiased EMA) drawn beside each raw one; 0: none.",
+)
 def index(
-    run: str, keys: tuple[str, ...], out: str | None, overrides: tuple[str, ...], config: str | None
+    run: str,
+    keys: tuple[str, ...],
+    out: str | None,
+    overrides: tuple[str, ...],
+    config: str | None,
+    smooth: float,
 ) -> None:
     """Write RUN/index.html: charts, doctor findings, config, checkpoints, iteration reports.
 
@@ -437,7 +449,7 @@ def index(
 
     t = _thresholds(config, overrides)
     try:
-        url, findings = write_index(run, t, keys=keys, out=out)
+        url, findings = write_index(run, t, keys=keys, out=out, smooth=smooth)
     except (OSError, ValueError) as exc:
         raise _CliError(f"cannot write the index of {run}: {_error_text(exc)}") from None
     problems = sum(f.severity != "info" for f in findings)
