@@ -140,8 +140,10 @@ class Server:
     def series_last(self, run_id: str, key: str) -> float | None:
         """The last step in the server's series of ``key`` for ``run_id``, None if not there."""
         if self.kind == "rllog":
+            # the downsampled x keeps min/max per bucket, not always the last step: the
+            # series holds every row when its total does
             body = get(self.port, f"/api/runs/{run_id}/series", key=key)
-            return body["x"][-1] if body and body.get("x") else None
+            return body["total"] - 1 if body and body.get("total") else None
         body = get(self.port, "/data/plugin/scalars/scalars", run=run_id, tag=key)
         return body[-1][1] if body else None
 

@@ -534,14 +534,17 @@ def serve(paths: tuple[str, ...], host: str, port: int, token: str | None) -> No
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per hit.")
 @_clean_errors
 def grep(pattern: str, run: str, regex: bool, ignore_case: bool, max_hits: int, as_json: bool) -> None:
-    """Search the prompts and completions in RUN's rollout summaries (every iteration and evaluator).
+    """Search the prompts and completions in RUN's rollout summaries and logtree reports
+    (every iteration and evaluator).
 
-    Prints ``file:group:traj:field: text`` for each hit; exit code 1 when nothing matched.
+    Prints ``file:group:traj:field: text`` for a rollout hit and ``report:[group:]field: text``
+    for a logtree hit (a conversation message or a text of the iteration's report);
+    exit code 1 when nothing matched.
     """
     from rllog._format.codec import encode_json
     from rllog._format.terminal import escape_controls
     from rllog._read.run import read_run
-    from rllog._read.search import compile_pattern, search_rollouts
+    from rllog._read.search import compile_pattern, search_run
 
     compiled = compile_pattern(pattern, regex=regex, ignore_case=ignore_case)
     with read_run(run) as r:
@@ -550,7 +553,7 @@ def grep(pattern: str, run: str, regex: bool, ignore_case: bool, max_hits: int, 
                 f"no run at {run}: no {r.metrics_name} and no iteration files "
                 "(expected a run folder, a metrics .jsonl file or a bucket URL)"
             )
-        hits, files = search_rollouts(r.storage, compiled, limit=max_hits)
+        hits, files = search_run(r.storage, compiled, limit=max_hits)
     # logged text drives a terminal if printed raw (OSC 52 clipboard writes, hidden OSC 8
     # links, titles): every control character is printed as its escape, JSON too
     for h in hits:
@@ -558,10 +561,14 @@ def grep(pattern: str, run: str, regex: bool, ignore_case: bool, max_hits: int, 
             click.echo(_json_ascii_controls(encode_json(h).decode()))
         else:
             text = f"{h['before']}{h['match']}{h['after']}".replace("\n", "\\n")
-            line = f"{h['file']}:group {h['group']}:traj {h['traj']}:{h['field']}: {text}"
+            if h["kind"] == "logtree":  # where to read it: the iteration's report
+                group = "" if h["group"] is None else f"group {h['group']}:"
+                line = f"{h['report'] or h['file']}:{group}{h['field']}: {text}"
+            else:
+                line = f"{h['file']}:group {h['group']}:traj {h['traj']}:{h['field']}: {text}"
             click.echo(escape_controls(line))
     if not hits:
-        click.echo(f"no match in {files} rollout summaries files", err=True)
+        click.echo(f"no match in {files} rollout summaries and logtree files", err=True)
         raise SystemExit(1)
 
 
