@@ -15,16 +15,20 @@ from __future__ import annotations
 __all__ = ["escape_controls"]
 
 _KEEP = {"\n", "\t"}
-#: U+0000-U+001F except newline and tab, U+007F, U+0080-U+009F -> the text ``\xNN``
-_TABLE = {cp: f"\\x{cp:02x}" for cp in (*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)) if chr(cp) not in _KEEP}
+#: C0 but newline and tab, DEL, C1, and the bidirectional overrides and isolates that reorder
+#: what a terminal shows (U+202A-U+202E, U+2066-U+2069, "Trojan Source") -> the text ``\uXXXX``,
+#: which is also a valid escape inside JSON strings
+_CONTROLS = (*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A))
+_TABLE = {cp: f"\\u{cp:04x}" for cp in _CONTROLS if chr(cp) not in _KEEP}
 
 
 def escape_controls(text: str) -> str:
     """``text`` with every control character but newline and tab replaced by its escape, as text.
 
-    ``"\\x1b]52;c;aGk=\\x07"`` gives ``"\\\\x1b]52;c;aGk=\\\\x07"`` (backslash, ``x``, two hex
-    digits), so the printed line shows the sequence and the terminal obeys none of it. The
-    characters escaped: C0 (U+0000-U+001F) but ``\\n`` and ``\\t``, DEL (U+007F), C1
-    (U+0080-U+009F, e.g. U+009B, the one-character CSI). Everything else is unchanged.
+    ``"\\x1b]52;c;aGk=\\x07"`` gives ``"\\\\u001b]52;c;aGk=\\\\u0007"`` (backslash, ``u``, four
+    hex digits: readable, and valid inside JSON), so the printed line shows the sequence and
+    the terminal obeys none of it. The characters escaped: C0 (U+0000-U+001F) but ``\\n`` and
+    ``\\t``, DEL (U+007F), C1 (U+0080-U+009F, e.g. U+009B, the one-character CSI), and the
+    bidirectional controls U+202A-U+202E, U+2066-U+2069. Everything else is unchanged.
     """
     return text.translate(_TABLE)

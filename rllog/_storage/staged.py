@@ -372,6 +372,7 @@ class FsspecStorage:
                     f"cannot write a run to {self.url}: {type(exc).__name__}: {exc}. Check the bucket "
                     "name and that the credentials (storage_options) may list, create and delete objects there."
                 ) from exc
+            self.outage_at_open = f"{type(exc).__name__}: {exc}"  # RunLogger skips its start-up reads
             self._warn_once(
                 "outage",
                 f"rllog: {self.url} is unreachable at open ({type(exc).__name__}: {exc}); "

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from rllog._format.codec import decode_json
-from rllog._format.jsonl import row_step
+from rllog._format.jsonl import parse_lines, row_step
 from rllog._format.layout import LOCK_FILE, METRICS_FILE, SUPERSEDED_FILE, TORN_SUFFIX
 from rllog.errors import StorageError
 from rllog.storage import LocalStorage, Storage
@@ -194,6 +194,20 @@ def _moves(position: Any, point: int) -> bool:
     return isinstance(position, (int, float)) and position >= point
 
 
+def damaged_lines(storage: Storage, name: str) -> list[str]:
+    """One message per line of ``name`` that is not a JSON object (what every reader
+    skips), with its line number; streamed in :data:`_CHUNK`-byte blocks, each checked
+    by one msgspec call when clean (:func:`rllog._format.jsonl.parse_lines`)."""
+    try:
+        size = storage.size(name)
+    except FileNotFoundError:
+        return []
+    problems: list[str] = []
+    for first, _, lines in _iter_blocks(storage, name, size):
+        problems += parse_lines(b"\n".join(lines) + b"\n", name, first)[1]
+    return problems
+
+
 def supersede(storage: Storage, point: int, note: Callable[..., None]) -> None:
     """Move metric rows whose position (:func:`resume_position`) is >= ``point`` to
     metrics.superseded.jsonl: appended there and made durable first, then cut from
@@ -216,12 +230,9 @@ def supersede(storage: Storage, point: int, note: Callable[..., None]) -> None:
     first_moved: int | None = None  # byte offset of the first row to move
     kept_after = 0  # rows to keep that come after first_moved
     n_moved = n_kept = 0
-    for first, start, lines in _iter_blocks(storage, METRICS_FILE, size):
+    for _first, start, lines in _iter_blocks(storage, METRICS_FILE, size):
         positions = _positions(lines)
         moved = [_moves(p, point) for p in positions]
-        for i, p in enumerate(positions):
-            if p is _NOT_JSON:
-                note(f"{storage.url}/{METRICS_FILE} line {first + i}: not JSON; kept in place")
         if True in moved:
             if first_moved is None:
                 i = moved.index(True)

@@ -21,10 +21,11 @@ CSI = "\x1b[2J\x9b2J\x7f"  # erase the screen (7-bit and C1 forms), DEL
 
 
 def test_escape_controls_shows_every_control_and_keeps_text():
-    assert escape_controls(OSC52) == "\\x1b]52;c;cm0gLXJmIH4=\\x07"
-    assert escape_controls(CSI) == "\\x1b[2J\\x9b2J\\x7f"
+    assert escape_controls(OSC52) == "\\u001b]52;c;cm0gLXJmIH4=\\u0007"
+    assert escape_controls(CSI) == "\\u001b[2J\\u009b2J\\u007f"
     assert escape_controls("a\tb\nc é 中 \u00a0") == "a\tb\nc é 中 \u00a0"
-    assert escape_controls("\x00\r\x08") == "\\x00\\x0d\\x08"
+    assert escape_controls("\x00\r\x08") == "\\u0000\\u000d\\u0008"
+    assert escape_controls("a\u202eb") == "a\\u202eb"  # a bidi override reorders what is shown
     every = "".join(map(chr, [*range(0x20), 0x7F, *range(0x80, 0xA0)]))
     assert not any(ord(c) < 0x20 and c not in "\n\t" or 0x7F <= ord(c) < 0xA0 for c in escape_controls(every))
 
@@ -41,7 +42,7 @@ def test_grep_prints_no_terminal_escape_raw(tmp_path):
     out = CliRunner().invoke(main, ["grep", "needle", str(tmp_path / "r")])
     assert out.exit_code == 0, out.output
     assert not any(c in out.output for c in "\x1b\x07\x9b\x7f")
-    assert "\\x1b]52;c;cm0gLXJmIH4=\\x07" in out.output and "\\x1b]0;pwned\\x07" in out.output
+    assert "\\u001b]52;c;cm0gLXJmIH4=\\u0007" in out.output and "\\u001b]0;pwned\\u0007" in out.output
     out = CliRunner().invoke(main, ["grep", "needle", str(tmp_path / "r"), "--json"])
     assert out.exit_code == 0 and not any(c in out.output for c in "\x1b\x07\x9b\x7f")
     hit = json.loads(out.output)
