@@ -677,9 +677,9 @@ class RunLogger:
         self._checkpoints.stop(timeout=min(1.0, _left(deadline) or 0.0))
         self._stop_index_thread()
         progressed = self._final_flush(deadline)
+        self._status_ended()  # before the last page: it shows the run finished, not running
         if progressed and self._index and not self._worker:
             self._write_index()
-        self._status_ended()
         self._closed = self._metrics.closed = True
         _OPEN_LOGGERS.discard(self)
         for message in (

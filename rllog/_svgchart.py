@@ -29,6 +29,8 @@ class Chart:
     key: str
     x_label: str
     paths: list[str] = field(default_factory=list)
+    smoothed: list[str] = field(default_factory=list)  # the EMA line's segments (empty: not smoothed)
+    smooth: float = 0.0  # the EMA weight of ``smoothed``
     dots: list[tuple[float, float]] = field(default_factory=list)  # one-point segments
     markers: list[tuple[float, float]] = field(default_factory=list)  # every drawn point of a sparse series
     gaps: list[tuple[float, str]] = field(default_factory=list)  # (x, "NaN at step 7")
@@ -82,6 +84,27 @@ def tick_labels(values: list[float]) -> list[str]:
     return labels
 
 
+def ema(y: np.ndarray, weight: float) -> np.ndarray:
+    """TensorBoard's debiased exponential moving average of ``y`` (finite float64 values, in x order).
+
+    ``last = last * w + (1 - w) * y_i``; ``smoothed_i = last / (1 - w ** (i + 1))`` (the
+    debiasing divides out the zero start), as in TensorBoard's scalar dashboard
+    (``classicSmoothing`` in tensorboard/webapp/widgets/line_chart_v2).
+    Returns a float64 array as long as ``y``; about 30 ms for 100k points.
+    """
+    import numpy as np
+
+    out = np.empty(len(y))
+    last = 0.0
+    debias = 0.0
+    w = float(weight)
+    for i, v in enumerate(y.tolist()):
+        last = last * w + (1.0 - w) * v
+        debias = debias * w + (1.0 - w)
+        out[i] = last / debias
+    return out
+
+
 def _thin(x: np.ndarray, y: np.ndarray, max_points: int) -> np.ndarray:
     """Indices to draw: all if few, else first/min/max/last of each of ``max_points // 4`` x-buckets."""
     import numpy as np
@@ -109,13 +132,16 @@ def line_chart(
     x_label: str = "step",
     max_points: int = 1200,
     markers: bool = False,
+    smooth: float = 0.0,
 ) -> Chart:
     """Chart of ``y`` against ``x`` (same length, rows where the metric was logged).
 
     ``logged_bad`` marks values that were logged as NaN/±Inf (gap plus marker); other
     non-finite entries of ``y`` must already be removed by the caller. ``markers``
     puts a point marker on every drawn value (for sparse series, where a line alone
-    hides how few values there are).
+    hides how few values there are). ``smooth``: the weight in [0, 1) of :func:`ema`, run
+    over the finite values in order; when > 0 and the series is not sparse (no
+    ``markers``), ``smoothed`` holds that line beside the raw one (TensorBoard's view).
     """
     import numpy as np
 
@@ -153,6 +179,8 @@ def line_chart(
     c.yticks = list(zip(map(py, yt), tick_labels(yt), strict=False))
     # split at logged NaN/Inf: segment ids increase after each bad value
     seg_id = np.cumsum(logged_bad)[finite]
+    ey = ema(fy, smooth) if smooth > 0 and not markers and len(fy) > 1 else None
+    c.smooth = smooth if ey is not None else 0.0
     for sid in np.unique(seg_id):
         sel = seg_id == sid
         sx, sy = fx[sel], fy[sel]
@@ -165,6 +193,10 @@ def line_chart(
             c.dots.append(pts[0])
         else:
             c.paths.append("M" + " L".join(f"{a} {b}" for a, b in pts))
+        if ey is not None and len(sx) > 1:
+            sey = ey[sel]
+            pts = [(px(float(sx[i])), py(float(sey[i]))) for i in _thin(sx, sey, max_points)]
+            c.smoothed.append("M" + " L".join(f"{a} {b}" for a, b in pts))
     for xv, yv in zip(x[logged_bad], y[logged_bad], strict=False):
         what = "NaN" if math.isnan(yv) else ("Infinity" if yv > 0 else "-Infinity")
         c.gaps.append((px(float(xv)), f"{what} at {x_label} {_label(float(xv))}"))

@@ -456,8 +456,20 @@ def doctor(run: str, as_json: bool, overrides: tuple[str, ...], config: str | No
 @click.option(
     "--config", type=click.Path(exists=True, dir_okay=False), help="JSON or TOML file with doctor thresholds."
 )
+@click.option(
+    "--smooth",
+    type=click.FloatRange(0.0, 1.0, max_open=True),
+    default=0.6,
+    show_default=True,
+    help="Weight of the smoothed line (TensorBoard's debiased EMA) drawn beside each raw one; 0: none.",
+)
 def index(
-    run: str, keys: tuple[str, ...], out: str | None, overrides: tuple[str, ...], config: str | None
+    run: str,
+    keys: tuple[str, ...],
+    out: str | None,
+    overrides: tuple[str, ...],
+    config: str | None,
+    smooth: float,
 ) -> None:
     """Write RUN/index.html: charts, doctor findings, config, checkpoints, iteration reports.
 
@@ -469,7 +481,7 @@ def index(
 
     t = _thresholds(config, overrides)
     try:
-        url, findings = write_index(run, t, keys=keys, out=out)
+        url, findings = write_index(run, t, keys=keys, out=out, smooth=smooth)
     except (OSError, ValueError) as exc:
         raise _CliError(f"cannot write the index of {run}: {_error_text(exc)}") from None
     problems = sum(f.severity != "info" for f in findings)
@@ -647,13 +659,16 @@ def serve(paths: tuple[str, ...], host: str, port: int, token: str | None) -> No
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per hit.")
 @_clean_errors
 def grep(pattern: str, run: str, regex: bool, ignore_case: bool, max_hits: int, as_json: bool) -> None:
-    """Search the prompts and completions in RUN's rollout summaries (every iteration and evaluator).
+    """Search the prompts and completions in RUN's rollout summaries and logtree reports
+    (every iteration and evaluator).
 
-    Prints ``file:group:traj:field: text`` for each hit; exit code 1 when nothing matched.
+    Prints ``file:group:traj:field: text`` for a rollout hit and ``report:[group:]field: text``
+    for a logtree hit (a conversation message or a text of the iteration's report);
+    exit code 1 when nothing matched.
     """
     from rllog._format.codec import encode_json
     from rllog._read.run import read_run
-    from rllog._read.search import compile_pattern, search_rollouts
+    from rllog._read.search import compile_pattern, search_run
 
     compiled = compile_pattern(pattern, regex=regex, ignore_case=ignore_case)
     with read_run(run) as r:
@@ -662,13 +677,17 @@ def grep(pattern: str, run: str, regex: bool, ignore_case: bool, max_hits: int, 
                 f"no run at {run}: no {r.metrics_name} and no iteration files "
                 "(expected a run folder, a metrics .jsonl file or a bucket URL)"
             )
-        hits, files = search_rollouts(r.storage, compiled, limit=max_hits)
+        hits, files = search_run(r.storage, compiled, limit=max_hits)
     for h in hits:
         if as_json:
             _echo(encode_json(h).decode())
         else:
             text = f"{h['before']}{h['match']}{h['after']}".replace("\n", "\\n")
-            _echo(f"{h['file']}:group {h['group']}:traj {h['traj']}:{h['field']}: {text}")
+            if h["kind"] == "logtree":  # where to read it: the iteration's report
+                group = "" if h["group"] is None else f"group {h['group']}:"
+                _echo(f"{h['report'] or h['file']}:{group}{h['field']}: {text}")
+            else:
+                _echo(f"{h['file']}:group {h['group']}:traj {h['traj']}:{h['field']}: {text}")
     if not hits:
-        _echo(f"no match in {files} rollout summaries files", err=True)
+        _echo(f"no match in {files} rollout summaries and logtree files", err=True)
         raise SystemExit(1)

@@ -32,6 +32,12 @@ if TYPE_CHECKING:
 
 __all__ = ["render_index", "write_index"]
 
+#: the EMA weight of the smoothed line (TensorBoard's default slider position)
+DEFAULT_SMOOTH = 0.6
+#: metrics-row keys giving an iteration's mean reward / accuracy, first present wins
+#: (tinker-cookbook's env/all/..., TRL's reward; see rllog._format.vocab)
+REWARD_KEYS = ("env/all/reward/total", "reward", "train/reward", "objective/rlhf_reward")
+ACCURACY_KEYS = ("env/all/correct", "accuracy", "train/accuracy")
 _MAX_CHARTS = 16
 _MIN_CHARTS = 6
 #: a metric with fewer logged values than this gets a marker on every point
@@ -98,6 +104,105 @@ def _sparse(steps: np.ndarray, logged: np.ndarray) -> bool:
     return len(where) < where[-1] - where[0] + 1
 
 
+def _iteration_rewards(
+    run: RunView, columns: dict[str, Any], steps: np.ndarray, iterations: list[int]
+) -> dict[int, dict[str, str]]:
+    """``{iteration: {"reward": "0.61", "accuracy": "0.5"}}`` for the iteration list.
+
+    From the metrics row whose step is the iteration (:data:`REWARD_KEYS`,
+    :data:`ACCURACY_KEYS`) when the run logs such a key; else from the iteration's train
+    rollout summaries (mean ``total_reward``; mean of the step metric ``correct`` or
+    ``accuracy``), read only then (one file per iteration).
+    """
+    import math
+
+    import numpy as np
+
+    from rllog._read.rollouts import decode_rollout_summaries
+    from rllog._svgchart import _label
+
+    def column(names: Sequence[str]) -> Any:
+        return next((columns[k] for k in names if k in columns), None)
+
+    reward_col, acc_col = column(REWARD_KEYS), column(ACCURACY_KEYS)
+    out: dict[int, dict[str, str]] = {}
+    wanted = sorted(set(iterations) | set(run.summaries))
+    for it in wanted:
+        cell: dict[str, str] = {}
+        at = np.flatnonzero(steps == it)
+        for name, col in (("reward", reward_col), ("accuracy", acc_col)):
+            if col is not None and len(at) and math.isfinite(col[at[-1]]):
+                cell[name] = _label(float(col[at[-1]]))
+        if reward_col is None and acc_col is None and it in run.summaries:
+            try:
+                records = decode_rollout_summaries(run.storage.read(run.summaries[it]), run.summaries[it])
+            except (OSError, ValueError):
+                records = []
+            rewards = [r.total_reward for r in records if math.isfinite(r.total_reward)]
+            acc = [
+                float(v)
+                for r in records
+                for step in r.steps
+                for v in [(step.metrics or {}).get("correct", (step.metrics or {}).get("accuracy"))]
+                if isinstance(v, (int, float)) and math.isfinite(v)  # True/False count as 1/0
+            ]
+            if rewards:
+                cell["reward"] = _label(sum(rewards) / len(rewards))
+            if acc:
+                cell["accuracy"] = _label(sum(acc) / len(acc))
+        if cell:
+            out[it] = cell
+    return out
+
+
+def _meta(run: RunView) -> list[tuple[str, str]]:
+    """The run's metadata rows: status, start, end, duration (run_status.json), then commit,
+    host, command, working directory (code.diff's header), each only when known."""
+    rows: list[tuple[str, str]] = []
+    st = run.status
+    if st.get("state") and st["state"] != "unknown":
+        state = st["state"] + (
+            f", resumed {st['resumes']} time{'s' if st['resumes'] != 1 else ''}" if st.get("resumes") else ""
+        )
+        rows.append(("status", state))
+    start = _parse_time(st.get("first_started_at") or st.get("started_at"))
+    end = _parse_time(st.get("ended_at")) if st.get("state") in ("finished", "failed") else None
+    if start is not None:
+        rows.append(("started", start.strftime("%Y-%m-%d %H:%M:%S UTC")))
+    if end is not None:
+        rows.append(("ended", end.strftime("%Y-%m-%d %H:%M:%S UTC")))
+    if start is not None:
+        until = end or (_dt.datetime.now(_dt.timezone.utc) if st.get("state") == "running" else None)
+        if until is not None:
+            rows.append(("duration", _duration((until - start).total_seconds()) + ("" if end else " so far")))
+    code = redact_tree(dict(run.code))
+    for key in ("commit", "host", "command", "working directory"):
+        value = code.get(key) or (st.get("host") if key == "host" else None)
+        if value:
+            rows.append((key, str(value)))
+    if code.get("note"):
+        rows.append(("code", code["note"]))
+    return rows
+
+
+def _parse_time(value: Any) -> _dt.datetime | None:
+    """An ISO-8601 time from run_status.json as an aware UTC datetime; None if absent or unreadable."""
+    if not isinstance(value, str):
+        return None
+    try:
+        t = _dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (t if t.tzinfo else t.replace(tzinfo=_dt.timezone.utc)).astimezone(_dt.timezone.utc)
+
+
+def _duration(seconds: float) -> str:
+    """``"2h 03m 07s"``, ``"4m 05s"``, ``"12s"``."""
+    s = max(0, int(seconds))
+    h, m, sec = s // 3600, s // 60 % 60, s % 60
+    return f"{h}h {m:02d}m {sec:02d}s" if h else (f"{m}m {sec:02d}s" if m else f"{sec}s")
+
+
 def render_index(
     run: RunView,
     findings: list[Finding],
@@ -105,15 +210,22 @@ def render_index(
     thresholds: Thresholds | None = None,
     keys: Sequence[str] = (),
     base: str = "./",
+    smooth: float = DEFAULT_SMOOTH,
 ) -> str:
     """The HTML text of the index page of ``run`` (the view :func:`write_index` reads; use that).
 
     ``keys`` are charted in any case, first; ``base`` prefixes the links to the run's
-    files (``"./"`` when the page is in the run folder).
+    files (``"./"`` when the page is in the run folder). ``smooth``: the weight in [0, 1)
+    of TensorBoard's debiased EMA drawn beside each dense chart's raw line (0: none).
 
     Raises:
-        ValueError: a key in ``keys`` is not a metric of the run, or has no numbers.
+        ValueError: a key in ``keys`` is not a metric of the run, or has no numbers;
+        ``smooth`` outside [0, 1).
     """
+    if not 0.0 <= smooth < 1.0:
+        raise ValueError(
+            f"smooth must be in [0, 1) (an EMA weight, like TensorBoard's slider), got {smooth!r}"
+        )
     import numpy as np
 
     from rllog._read.summary import metric_keys
@@ -147,7 +259,13 @@ def render_index(
         bad |= np.isinf(y)
         rows = np.isfinite(y) | bad
         chart = line_chart(
-            col, steps[rows], y[rows], bad[rows], x_label=key or "row", markers=_sparse(steps, rows)
+            col,
+            steps[rows],
+            y[rows],
+            bad[rows],
+            x_label=key or "row",
+            markers=_sparse(steps, rows),
+            smooth=smooth,
         )
         chart.flagged = worst.get(col, "")
         charts.append(chart)
@@ -176,6 +294,7 @@ def render_index(
                 "name": rep.name,
             }
         )
+    rewards = _iteration_rewards(run, columns, steps, list(by_iteration))
     superseded: dict[int, list[Any]] = {}
     for art in run.superseded:
         what = "report" if art.kind == "html" else "rollout summaries"
@@ -208,7 +327,10 @@ def render_index(
             for rec in (redact_tree(r) for r in run.checkpoints)
         ],
         ckpt_cols=ckpt_cols,
-        iterations=sorted(by_iteration.items()),
+        iterations=[(it, reps, rewards.get(it, {})) for it, reps in sorted(by_iteration.items())],
+        reward_cols=[c for c in ("reward", "accuracy") if any(c in r for r in rewards.values())],
+        smooth=smooth,
+        meta=_meta(run),
         superseded=sorted(superseded.items()),
         warnings=run.warnings,
         thresholds=thresholds,
@@ -221,6 +343,7 @@ def write_index(
     *,
     keys: Sequence[str] = (),
     out: str | os.PathLike[str] | None = None,
+    smooth: float = DEFAULT_SMOOTH,
 ) -> tuple[str, list[Finding]]:
     """Read the run at ``log_path``, write ``index.html`` into it (atomically, through its Storage).
 
@@ -232,6 +355,7 @@ def write_index(
         keys: metrics to chart in any case (besides the main and flagged ones).
         out: write the page here instead (a file path or URL), leaving the run untouched
             (a read-only run); its links to iteration reports point into the run.
+        smooth: the EMA weight of the smoothed line in each chart (:func:`render_index`).
 
     Returns:
         ``(URL of the page, the doctor's findings)``.
@@ -248,11 +372,13 @@ def write_index(
     errors = [f for f in findings if f.severity == "error"]
     findings = errors + damage_findings(run.damaged) + findings[len(errors) :]
     if out is None:
-        html = render_index(run, findings, thresholds=thresholds, keys=keys)
+        html = render_index(run, findings, thresholds=thresholds, keys=keys, smooth=smooth)
         _write_into_run(run.storage, run.index_name, encode_html(html))
         return f"{run.url.rstrip('/')}/{run.index_name}", findings
     out = os.fspath(out)
-    html = render_index(run, findings, thresholds=thresholds, keys=keys, base=_base_href(run.url, out))
+    html = render_index(
+        run, findings, thresholds=thresholds, keys=keys, base=_base_href(run.url, out), smooth=smooth
+    )
     write_bytes(out, encode_html(html))
     return out, findings
 

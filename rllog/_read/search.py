@@ -1,8 +1,15 @@
 """Full-text search over a run's rollouts: prompts and completions of every iteration and evaluator.
 
-Searches the string values of each trajectory's step ``logs`` (where rllog and
-tinker-cookbook put the prompt and the sampled text) in every ``*_rollout_summaries.jsonl``
-of the run. Used by ``rllog grep`` and ``rllog serve``.
+Searches, per iteration (train first, then evaluators by name):
+
+- the string values of each trajectory's step ``logs`` (where rllog and tinker-cookbook
+  put the prompt and the sampled text) in every ``*_rollout_summaries.jsonl``;
+- the iteration's logtree (``*_logtree.json``, format in :mod:`rllog.logtree`): the
+  strings of every conversation message (``content``, its parts, ``tool_calls``; not
+  ``role`` or ``tool_call_id``) and every text node (headings, paragraphs, summaries).
+  Tables, trusted HTML, exceptions and the trajectory details are not searched.
+
+Used by ``rllog grep`` and ``rllog serve``.
 """
 
 from __future__ import annotations
@@ -11,11 +18,12 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from rllog._format.codec import decode_json
 from rllog._format.layout import parse_iteration_file
 from rllog._read.rollouts import decode_rollout_summaries
 from rllog.storage import Storage
 
-__all__ = ["compile_pattern", "search_rollouts"]
+__all__ = ["compile_pattern", "search_run"]
 
 
 def compile_pattern(pattern: str, *, regex: bool = False, ignore_case: bool = False) -> re.Pattern[str]:
@@ -44,23 +52,108 @@ def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
             yield from _strings(v, f"{path}[{i}]")
 
 
-def search_rollouts(
+_MESSAGE_IDS = ("role", "tool_call_id")  # message keys that are labels, not text
+
+
+def _group_of(attrs: Any) -> int | None:
+    """The group index of a logtree ``details`` node of :func:`rllog.logtree.group` (``id="group-3"``)."""
+    ident = attrs.get("id") if isinstance(attrs, dict) else None
+    if isinstance(ident, str) and ident.startswith("group-") and ident[6:].isdigit():
+        return int(ident[6:])
+    return None
+
+
+def _logtree_texts(root: Any) -> Iterator[tuple[int | None, str, str]]:
+    """``(group or None, field, text)`` for the searchable strings of a logtree, in document order.
+
+    ``field``: ``"text (p)"`` for a text node in a ``<p>``; ``"messages[1].content (assistant)"``
+    for a conversation message.
+    """
+    stack: list[tuple[Any, int | None]] = [(root, None)]
+    while stack:
+        node, group = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        own = _group_of(node.get("attrs"))
+        group = own if own is not None else group
+        data = node.get("data")
+        if isinstance(data, dict) and data.get("type") == "conversation":
+            for i, msg in enumerate(data.get("messages") or ()):
+                if not isinstance(msg, dict):
+                    continue
+                role = msg.get("role")
+                for key, value in msg.items():
+                    if key in _MESSAGE_IDS:
+                        continue
+                    for path, text in _strings(value, f"messages[{i}].{key}"):
+                        yield group, f"{path} ({role})" if isinstance(role, str) else path, text
+        children = node.get("children")
+        if not isinstance(children, list):
+            continue
+        tag = node.get("tag")
+        nodes = []
+        for child in children:
+            if isinstance(child, str):
+                yield group, f"text ({tag})", child
+            else:
+                nodes.append((child, group))
+        stack.extend(reversed(nodes))
+
+
+def _hit(m: re.Match[str], text: str, context: int, **where: Any) -> dict[str, Any]:
+    return {
+        **where,
+        "before": text[max(0, m.start() - context) : m.start()],
+        "match": m.group(0),
+        "after": text[m.end() : m.end() + context],
+    }
+
+
+def search_run(
     storage: Storage, pattern: re.Pattern[str], *, limit: int = 200, context: int = 60
 ) -> tuple[list[dict[str, Any]], int]:
-    """Hits of ``pattern`` in the rollout summaries of the run in ``storage``.
+    """Hits of ``pattern`` in the rollout summaries and logtrees of the run in ``storage``.
 
-    Returns ``(hits, files searched)``; each hit is ``{"file", "iteration", "split",
-    "eval_name", "group", "traj", "step", "field", "before", "match", "after"}`` (``before``
-    and ``after``: up to ``context`` characters around the match), in file order, at most
-    ``limit`` hits (one per field). A damaged file is skipped.
+    Returns ``(hits, files searched)``, at most ``limit`` hits (one per field), iteration by
+    iteration. Every hit has ``{"kind", "file", "iteration", "split", "eval_name",
+    "report", "group", "field", "before", "match", "after"}`` (``before`` and ``after``: up
+    to ``context`` characters around the match; ``report``: the iteration's HTML report
+    for this split, None if it has none). ``kind`` is ``"rollout"`` (also ``"traj"``,
+    ``"step"``; ``split`` as the record says) or ``"logtree"`` (``group``: the enclosing
+    :func:`rllog.logtree.group`, None outside one; ``split``: ``"train"`` or
+    ``"eval/<name>"``). A damaged file is skipped.
     """
     hits: list[dict[str, Any]] = []
+    arts = [a for a in map(parse_iteration_file, storage.list()) if a is not None]
+    reports = {(a.iteration, a.eval_name): a.name for a in arts if a.kind == "html"}
     names = sorted(
-        (a.iteration, a.split != "train", a.eval_name or "", a.name)
-        for a in map(parse_iteration_file, storage.list())
-        if a is not None and a.kind == "rollout_summaries"
+        (a.iteration, a.split != "train", a.eval_name or "", a.kind != "rollout_summaries", a.name)
+        for a in arts
+        if a.kind in ("rollout_summaries", "logtree")
     )
-    for n_files, (iteration, _is_eval, eval_name, name) in enumerate(names, 1):
+    for n_files, (iteration, _is_eval, eval_name, is_logtree, name) in enumerate(names, 1):
+        where = {
+            "file": name,
+            "iteration": iteration,
+            "eval_name": eval_name or None,
+            "report": reports.get((iteration, eval_name or None)),
+        }
+        if is_logtree:
+            try:
+                doc = decode_json(storage.read(name))
+            except (OSError, ValueError):
+                continue
+            split = f"eval/{eval_name}" if eval_name else "train"
+            for group, field, text in _logtree_texts(doc.get("root") if isinstance(doc, dict) else None):
+                m = pattern.search(text)
+                if m is None:
+                    continue
+                hits.append(
+                    _hit(m, text, context, kind="logtree", **where, split=split, group=group, field=field)
+                )
+                if len(hits) >= limit:
+                    return hits, n_files
+            continue
         try:
             records = decode_rollout_summaries(storage.read(name), name)
         except (OSError, ValueError):
@@ -72,19 +165,18 @@ def search_rollouts(
                     if m is None:
                         continue
                     hits.append(
-                        {
-                            "file": name,
-                            "iteration": iteration,
-                            "split": rec.split,
-                            "eval_name": eval_name or None,
-                            "group": rec.group_idx,
-                            "traj": rec.traj_idx,
-                            "step": step.step_idx,
-                            "field": field,
-                            "before": text[max(0, m.start() - context) : m.start()],
-                            "match": m.group(0),
-                            "after": text[m.end() : m.end() + context],
-                        }
+                        _hit(
+                            m,
+                            text,
+                            context,
+                            kind="rollout",
+                            **where,
+                            split=rec.split,
+                            group=rec.group_idx,
+                            traj=rec.traj_idx,
+                            step=step.step_idx,
+                            field=field,
+                        )
                     )
                     if len(hits) >= limit:
                         return hits, n_files

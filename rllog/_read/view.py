@@ -11,8 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from rllog._format.layout import CODE_DIFF_FILE
 from rllog._format.rows import nonfinite_cells
 from rllog._read.run import read_run
+from rllog._read.status import run_status
 from rllog.storage import Storage
 
 if TYPE_CHECKING:
@@ -37,6 +39,33 @@ class RunView:
     damaged: list[str] = field(default_factory=list)  # Run.damaged_lines: lines every reader skips
     index_name: str = "index.html"  # where ``rllog index`` writes the page, inside ``storage``
     name: str = ""  # a short title
+    # iteration -> the train rollout summaries file (rollout_summaries.jsonl) of that iteration
+    summaries: dict[int, str] = field(default_factory=dict)
+    status: dict[str, Any] = field(default_factory=dict)  # rllog._read.status.run_status
+    code: dict[str, str] = field(default_factory=dict)  # code.diff's header: code_header()
+
+
+#: the ``# key: value`` lines of code.diff's header that :func:`code_header` keeps
+CODE_HEADER_KEYS = ("commit", "host", "command", "working directory", "python", "started", "repository")
+
+
+def code_header(data: bytes) -> dict[str, str]:
+    """The header of a code.diff (the format in :mod:`rllog._write.codediff`) as
+    ``{"commit": "3f2c... (branch main)", "host": ..., "command": ..., ...}`` (keys of
+    :data:`CODE_HEADER_KEYS` present); ``"note"``: the first line's reason when no code
+    state was recorded. Reads the leading ``#`` lines only; never raises."""
+    out: dict[str, str] = {}
+    for raw in data[:65536].split(b"\n"):
+        if not raw.startswith(b"#"):
+            break
+        line = raw.decode("utf-8", "replace")[1:].strip()
+        if line.startswith("rllog code.diff:"):
+            out["note"] = line.removeprefix("rllog code.diff:").strip()
+            continue
+        key, sep, value = line.partition(": ")
+        if sep and key in CODE_HEADER_KEYS and key not in out:
+            out[key] = value.strip()
+    return out
 
 
 def _index_name(metrics_name: str) -> str:
@@ -72,7 +101,26 @@ def open_run(log_path: Any) -> RunView:
         damaged=run.damaged_lines,
         index_name=_index_name(run.metrics_name),
         name=folder if run.metrics_name == "metrics.jsonl" else f"{folder}/{run.metrics_name}",
+        summaries={
+            a.iteration: a.name
+            for it in run.iterations
+            for a in it.artifacts
+            if a.kind == "rollout_summaries" and a.split == "train"
+        },
+        **_run_meta(run),
     )
+
+
+def _run_meta(run: Any) -> dict[str, Any]:
+    """``status`` (run_status.json with the lock probe) and ``code`` (code.diff's header) of
+    an rllog run; empty for a foreign log (no such files)."""
+    if run.metrics_name != "metrics.jsonl":
+        return {}
+    try:
+        code = code_header(run.storage.read(CODE_DIFF_FILE))
+    except (OSError, FileNotFoundError):
+        code = {}
+    return {"status": run_status(run.storage), "code": code}
 
 
 def write_bytes(out: str, data: bytes) -> None:

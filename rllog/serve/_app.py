@@ -36,7 +36,7 @@ from starlette.routing import Route
 
 from rllog._format.layout import CODE_DIFF_FILE
 from rllog._format.vocab import KEY_METRICS
-from rllog._read.search import compile_pattern, search_rollouts
+from rllog._read.search import compile_pattern, search_run
 from rllog.serve._catalog import Catalog, RunEntry, threshold_value
 
 __all__ = ["create_app", "CSP"]
@@ -286,7 +286,7 @@ def create_app(catalog: Catalog, *, token: str | None = None, hosts: list[str] |
         for e in entries:
             if not e.load() or e.require().metrics_name != "metrics.jsonl":
                 continue
-            found, n = search_rollouts(e.require().storage, pattern, limit=max(1, 300 - len(hits)))
+            found, n = search_run(e.require().storage, pattern, limit=max(1, 300 - len(hits)))
             searched += n
             hits += [{**h, "run": e.id, "run_name": e.name} for h in found]
             if len(hits) >= 300:

@@ -22,9 +22,10 @@ from rllog._format.layout import DOCTOR_FILE, METRICS_FILE, SUPERSEDED_FILE
 from rllog._read.run import Run, read_run
 from rllog._read.status import run_status
 from rllog._read.summary import key_metrics
+from rllog._svgchart import ema
 from rllog.storage import Storage, open_storage
 
-__all__ = ["Catalog", "RunEntry", "downsample", "ema"]
+__all__ = ["Catalog", "RunEntry", "downsample"]
 
 #: seconds between two re-reads of one run's new bytes (requests in between share one read)
 REFRESH_EVERY = 0.5
@@ -73,27 +74,6 @@ def downsample(x: Any, y: Any, points: int) -> tuple[Any, Any]:
         keep += [i, j] if i <= j else [j, i]
     idx = np.unique(np.asarray(keep, dtype=np.int64))
     return x[idx], y[idx]
-
-
-def ema(y: Any, weight: float) -> Any:
-    """TensorBoard's debiased exponential moving average of ``y`` (finite float64 values, in x order).
-
-    ``last = last * w + (1 - w) * y_i``; ``smoothed_i = last / (1 - w ** (i + 1))`` (the
-    debiasing divides out the zero start), as in TensorBoard's scalar dashboard
-    (``classicSmoothing`` in tensorboard/webapp/widgets/line_chart_v2).
-    Returns a float64 array as long as ``y``; about 30 ms for 100k points.
-    """
-    import numpy as np
-
-    out = np.empty(len(y))
-    last = 0.0
-    debias = 0.0
-    w = float(weight)
-    for i, v in enumerate(y.tolist()):
-        last = last * w + (1.0 - w) * v
-        debias = debias * w + (1.0 - w)
-        out[i] = last / debias
-    return out
 
 
 @dataclass

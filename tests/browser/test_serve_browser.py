@@ -33,7 +33,7 @@ uvicorn = pytest.importorskip("uvicorn")
 
 from servers import free_port  # noqa: E402  # tests/ is on sys.path (conftest), after the skips
 
-from rllog import RunLogger  # noqa: E402  # after the module-level skips
+from rllog import RunLogger, logtree  # noqa: E402  # after the module-level skips
 from rllog.serve import create_app  # noqa: E402
 
 REALDATA = Path(__file__).resolve().parents[2].parent / "shared" / "realdata"
@@ -73,6 +73,7 @@ def _killed_run(path: Path) -> None:
 
 LONG_NAME = "a-very-long-run-name-" * 8
 EVAL_TRAIN = "evaluator-named-train-777"
+LOGTREE_PLANTED = "okapi-in-the-logtree-5151"
 
 
 def _write_review_runs(root: Path) -> None:
@@ -92,6 +93,10 @@ def _write_review_runs(root: Path) -> None:
                 lg.log_rollouts(0, [sample(EVAL_TRAIN)], eval_name="train")
     with RunLogger(root / LONG_NAME, code_diff=False) as lg:
         lg.log_metrics(0, {"loss": 1.0, "env/all/reward/total": 0.5})
+    with RunLogger(root / "lt", code_diff=False) as lg:  # a logtree report with a planted message
+        lg.log_metrics(0, {"loss": 1.0})
+        with lg.iteration(0), logtree.group(0):
+            logtree.conversation([{"role": "assistant", "content": LOGTREE_PLANTED}])
 
 
 @pytest.fixture(scope="module")
@@ -278,6 +283,26 @@ def test_search_finds_planted_completion_and_opens_it(site):
     hit = w.page.locator(".sample.hit").first
     hit.wait_for()
     assert PLANTED in hit.inner_text()
+    w.clean()
+
+
+def test_search_finds_a_logtree_message_and_opens_its_report(site):
+    w = Watch(site)
+    w.go("/runs")
+    w.page.evaluate("() => { state.selected = new Set(); saveSel(); }")
+    w.go("/search")
+    w.page.fill("#search-q", LOGTREE_PLANTED)
+    w.page.click("#search-go")
+    link = w.page.locator("#search-results a.hit-link").first
+    link.wait_for()
+    assert w.page.locator("#search-results a.hit-link").count() == 1
+    assert "report · group 0 · messages[0].content (assistant)" in link.inner_text()
+    link.click()
+    report = w.page.locator("details#report[open] iframe.report")
+    report.wait_for()
+    assert report.get_attribute("src").endswith("/files/train_iteration_000000.html")
+    frame = w.page.frame_locator("details#report iframe.report")
+    assert LOGTREE_PLANTED in frame.locator("body").inner_text()
     w.clean()
 
 

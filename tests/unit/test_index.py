@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import shutil
@@ -145,7 +146,7 @@ def test_index_in_headless_chromium(tmp_path):
     charts = {f["data-key"]: f for f in figures}
     assert XSS in charts  # the chart of the hostile metric name exists, captioned as text
     # every figure draws as many points as it claims; the reward chart has one per step
-    paths = [a for t, a in dom.tags if t == "path" and a.get("class") == "series"]
+    paths = [a for t, a in dom.tags if t == "path" and a.get("class", "").split()[:1] == ["series"]]
     assert sum(len(_points(p["d"])) for p in paths) + len(dom.find("circle")) == sum(
         int(f["data-points"]) for f in figures
     )
@@ -246,3 +247,162 @@ def test_index_extra_keys_out_elsewhere_sparse_markers_and_config_keys(tmp_path)
     assert '<td class="ck">optimizer.learning_rate_schedule_warmup_steps</td>' in html
     res = CliRunner().invoke(main, ["index", str(run), "-k", "nope"])
     assert res.exit_code == 2 and "'nope' is not a metric" in res.output
+
+
+# --- smoothing, run metadata, reward column ------------------------------------------------
+
+
+def _figure_paths(html: str, key: str) -> tuple[list[str], list[str]]:
+    """The raw and the smoothed path ``d`` strings of the chart of ``key``."""
+    figure = html.split(f'data-key="{key}"', 1)[1].split("</figure>", 1)[0]
+    raw = re.findall(r'<path class="series[^"]*" d="([^"]+)"', figure)
+    smoothed = re.findall(r'<path class="smoothed" d="([^"]+)"', figure)
+    return raw, smoothed
+
+
+def test_index_draws_tensorboards_debiased_ema_beside_the_raw_line(tmp_path):
+    values = [float(i % 2) + i / 100 for i in range(60)]  # a zig-zag, every value distinct
+    run = write_run(tmp_path / "run", [{"step": i, "reward": v} for i, v in enumerate(values)])
+    write_index(run, smooth=0.8)
+    html = (run / "index.html").read_text()
+    (raw,), (smoothed,) = _figure_paths(html, "reward")
+    raw_pts, smooth_pts = _points(raw), _points(smoothed)
+    assert len(raw_pts) == len(smooth_pts) == 60 and 'class="series raw"' in html
+    # the raw line's pixels give the value -> pixel map; the EMA is checked against it
+    (_, p0), (_, p1) = raw_pts[0], raw_pts[1]
+    scale = (p1 - p0) / (values[1] - values[0])
+    last = debias = 0.0
+    for (sx, sy), (rx, _), v in zip(smooth_pts, raw_pts, values, strict=True):
+        last, debias = last * 0.8 + 0.2 * v, debias * 0.8 + 0.2
+        assert sx == rx and sy == pytest.approx(p0 + (last / debias - values[0]) * scale, abs=0.02)
+    assert "weight 0.8" in html
+    write_index(run, smooth=0.0)
+    assert _figure_paths((run / "index.html").read_text(), "reward")[1] == []
+    with pytest.raises(ValueError, match=r"smooth must be in \[0, 1\)"):
+        write_index(run, smooth=1.0)
+    res = CliRunner().invoke(main, ["index", str(run), "--smooth", "0.3"])
+    assert res.exit_code == 0, res.output
+    assert "weight 0.3" in (run / "index.html").read_text()
+    assert CliRunner().invoke(main, ["index", str(run), "--smooth", "1"]).exit_code != 0
+
+
+def test_sparse_charts_are_not_smoothed(tmp_path):
+    run = write_run(tmp_path / "run", [{"step": i, "eval/acc": 0.5} for i in range(0, 100, 10)])
+    write_index(run)
+    assert _figure_paths((run / "index.html").read_text(), "eval/acc")[1] == []
+
+
+def _meta_rows(html: str) -> dict[str, str]:
+    import html as _html
+
+    return {
+        k: _html.unescape(v)
+        for k, v in re.findall(
+            r'<tr data-meta="([^"]+)"><td class="ck">[^<]*</td><td class="val">([^<]*)</td>', html
+        )
+    }
+
+
+def test_index_shows_run_metadata_from_run_status_and_code_diff(tmp_path):
+    from rllog import RunLogger
+
+    run = tmp_path / "run"
+    with RunLogger(run, index=False) as logger:
+        logger.log_metrics(0, {"loss": 1.0})
+    (run / "code.diff").write_text(
+        "# rllog code.diff\n# host: node-17\n"
+        f"# command: /usr/bin/python train.py --name {XSS}\n"
+        "# working directory: /home/me/proj\n# repository: /home/me/proj\n"
+        "# commit: 3f2c0e1 (branch main)\n+ a diff line: not metadata\n# commit: not the header\n"
+    )
+    status = json.loads((run / "run_status.json").read_text())
+    write_index(run)
+    html = (run / "index.html").read_text()
+    meta = _meta_rows(html)
+    assert meta["status"] == "finished" and meta["host"] == "node-17"
+    assert meta["commit"] == "3f2c0e1 (branch main)" and meta["working directory"] == "/home/me/proj"
+    assert meta["command"] == f"/usr/bin/python train.py --name {XSS}"
+    assert "<script" not in html and "<img" not in html  # the command is text
+    started = status["first_started_at"][:19].replace("T", " ")
+    assert (
+        meta["started"] == started + " UTC"
+        and meta["ended"] == status["ended_at"][:19].replace("T", " ") + " UTC"
+    )
+    assert re.fullmatch(r"\d+s", meta["duration"])
+    # a writer killed before close: the marker still says running, nobody holds the lock
+    (run / "run_status.json").write_text(
+        json.dumps({**status, "state": "running", "starts": 3, "ended_at": None})
+    )
+    write_index(run)
+    meta = _meta_rows((run / "index.html").read_text())
+    assert meta["status"] == "crashed, resumed 2 times" and "ended" not in meta and "duration" not in meta
+
+
+def test_the_page_a_logger_writes_at_close_says_finished(tmp_path):
+    from rllog import RunLogger
+
+    with RunLogger(tmp_path / "run") as logger:
+        logger.log_metrics(0, {"loss": 1.0})
+    assert _meta_rows((tmp_path / "run" / "index.html").read_text())["status"] == "finished"
+
+
+def _reward_cells(html: str) -> dict[int, dict[str, str]]:
+    section = html.split('<section id="iterations">', 1)[1].split("</section>", 1)[0]
+    out = {}
+    for it, cells in re.findall(r'<tr><td class="num narrow">(\d+)</td>(.*?)<td class="reports">', section):
+        out[int(it)] = dict(re.findall(r'data-col="(\w+)">([^<]*)</td>', cells))
+    return out
+
+
+def test_iteration_list_has_the_reward_of_the_metrics_row(tmp_path):
+    rows = [{"step": i, "env/all/reward/total": 0.25 * i, "env/all/correct": i / 4} for i in range(4)]
+    files = [f"train_iteration_{i:06d}.html" for i in (1, 3)]
+    run = write_run(tmp_path / "run", rows, files=files)
+    write_index(run)
+    html = (run / "index.html").read_text()
+    assert '<th class="narrow">reward</th>' in html and '<th class="narrow">accuracy</th>' in html
+    assert _reward_cells(html) == {
+        1: {"reward": "0.25", "accuracy": "0.25"},
+        3: {"reward": "0.75", "accuracy": "0.75"},
+    }
+
+
+def test_iteration_list_has_the_mean_reward_of_the_rollout_summaries(tmp_path):
+    run = write_run(
+        tmp_path / "run", [{"step": i, "loss": 1.0} for i in range(3)], files=["train_iteration_000002.html"]
+    )
+
+    def record(reward: float, correct: bool) -> dict:
+        step = {
+            "step_idx": 0,
+            "ob_len": 3,
+            "ac_len": 4,
+            "reward": reward,
+            "episode_done": True,
+            "metrics": {"correct": correct},
+        }
+        return {
+            "schema_version": 1,
+            "split": "train",
+            "iteration": 2,
+            "group_idx": 0,
+            "traj_idx": 0,
+            "total_reward": reward,
+            "final_reward": 0.0,
+            "steps": [step],
+        }
+
+    (run / "train_iteration_000002_rollout_summaries.jsonl").write_text(
+        "".join(
+            json.dumps(record(r, c)) + "\n" for r, c in [(1.0, True), (0.0, False), (0.5, False), (0.5, True)]
+        )
+    )
+    write_index(run)
+    assert _reward_cells((run / "index.html").read_text()) == {2: {"reward": "0.5", "accuracy": "0.5"}}
+
+
+def test_no_reward_column_without_rewards(tmp_path):
+    run = write_run(tmp_path / "run", [{"step": 0, "loss": 1.0}], files=["train_iteration_000000.html"])
+    write_index(run)
+    html = (run / "index.html").read_text()
+    assert _reward_cells(html) == {0: {}} and ">reward</th>" not in html

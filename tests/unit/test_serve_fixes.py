@@ -55,7 +55,7 @@ def test_grep_on_a_folder_that_is_no_run_exits_2(tmp_path):
     assert out.exit_code == 2 and "no run at" in out.output, out.output
     _rollouts(tmp_path / "r", "nothing here")
     out = CliRunner().invoke(main, ["grep", "absent", str(tmp_path / "r")])
-    assert out.exit_code == 1 and "no match in 1 rollout summaries files" in out.output
+    assert out.exit_code == 1 and "no match in 1 rollout summaries and logtree files" in out.output
 
 
 pytest.importorskip("starlette")

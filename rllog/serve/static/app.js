@@ -262,7 +262,8 @@ async function rolloutsView(id, iter, split, group, traj) {
   const sp = meta && meta.splits.find((s) => (s.eval || null) === ev);
   body.append(el('h3', {}, `Iteration ${iter} · ${ev == null ? 'train' : 'eval: ' + (sp ? sp.label : ev)}`));
   // the report at files/<its name>: its links (run index, previous/next iteration) open the run's pages in the frame
-  if (sp && sp.report) body.append(el('details', {}, el('summary', {}, 'iteration report'), el('iframe', { class: 'report', sandbox: '', src: `/api/runs/${encodeURIComponent(id)}/files/${sp.report.split('/').map(encodeURIComponent).join('/')}`, title: 'iteration report' })));
+  // opened when the page came from a search hit in the report (route .../report)
+  if (sp && sp.report) body.append(el('details', { id: 'report', open: group === 'report' }, el('summary', {}, 'iteration report'), el('iframe', { class: 'report', sandbox: '', src: `/api/runs/${encodeURIComponent(id)}/files/${sp.report.split('/').map(encodeURIComponent).join('/')}`, title: 'iteration report' })));
   if (!sp || !sp.kinds.includes('rollout_summaries')) { body.append(el('p', { class: 'muted' }, 'no rollout summaries for this iteration')); return; }
   const r = await api(`/api/runs/${encodeURIComponent(id)}/rollouts?${q}`);
   const hist = el('div', { class: 'chart', id: 'reward-hist' });
@@ -285,7 +286,7 @@ async function rolloutsView(id, iter, split, group, traj) {
 // ---------------------------------------------------------------- search
 function searchView(q0) {
   const m = main(); m.replaceChildren();
-  const input = el('input', { type: 'search', id: 'search-q', placeholder: 'text in prompts and completions', value: q0 || '' });
+  const input = el('input', { type: 'search', id: 'search-q', placeholder: 'text in prompts, completions and reports', value: q0 || '' });
   const regex = el('input', { type: 'checkbox', id: 'search-regex' });
   const out = el('div', { id: 'search-results' });
   const go = async (e) => {
@@ -297,8 +298,12 @@ function searchView(q0) {
       const r = await api(`/api/search?${p}`);
       out.replaceChildren(el('p', { class: 'muted' }, `${r.hits.length}${r.truncated ? '+' : ''} hits in ${r.files} files`),
         ...r.hits.map((h) => el('div', { class: 'hit-row' },
-          el('a', { href: `#/rollouts/${encodeURIComponent(h.run)}/${h.iteration}/${encodeURIComponent(splitName(h.eval_name))}/${h.group}/${h.traj}`, class: 'hit-link' },
-            `${h.run_name} · iteration ${h.iteration} · ${h.split} · group ${h.group} · traj ${h.traj} · ${h.field}`),
+          // a rollout hit opens its trajectory; a logtree hit opens its iteration's report
+          h.kind === 'logtree'
+            ? el('a', { href: `#/rollouts/${encodeURIComponent(h.run)}/${h.iteration}/${encodeURIComponent(splitName(h.eval_name))}/report`, class: 'hit-link' },
+              `${h.run_name} · iteration ${h.iteration} · ${h.split} · report${h.group != null ? ' · group ' + h.group : ''} · ${h.field}`)
+            : el('a', { href: `#/rollouts/${encodeURIComponent(h.run)}/${h.iteration}/${encodeURIComponent(splitName(h.eval_name))}/${h.group}/${h.traj}`, class: 'hit-link' },
+              `${h.run_name} · iteration ${h.iteration} · ${h.split} · group ${h.group} · traj ${h.traj} · ${h.field}`),
           el('div', {}, h.before, el('mark', {}, h.match), h.after))));
     } catch (err) { out.replaceChildren(el('p', { class: 'error' }, err.message)); }
   };

@@ -1,0 +1,103 @@
+"""Full-text search over the logtree JSON of each iteration: conversation messages and text nodes."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from click.testing import CliRunner
+
+from rllog import RunLogger, logtree
+from rllog._read.search import compile_pattern, search_run
+from rllog.cli import main
+from rllog.storage import open_storage
+
+
+def _run(path):
+    with RunLogger(path, code_diff=False, index=False) as lg:
+        lg.log_metrics(0, {"loss": 1.0})
+        with lg.iteration(0):
+            logtree.text("outside any group: a needle in the trace")
+            with logtree.group(1):
+                with logtree.scope("Trajectory 0"):
+                    logtree.conversation(
+                        [
+                            {"role": "user", "content": "what is 2+2?"},
+                            {"role": "assistant", "content": [{"type": "text", "text": "a needle says 4"}]},
+                        ]
+                    )
+                    logtree.table({"col": ["a needle in a table is not searched"]})
+        with lg.evaluation("held out", 0):
+            logtree.conversation([{"role": "assistant", "content": "eval needle"}])
+    return path
+
+
+def test_search_finds_text_nodes_and_conversation_messages_of_the_logtree(tmp_path):
+    run = _run(tmp_path / "r")
+    storage = open_storage(str(run))
+    hits, files = search_run(storage, compile_pattern("needle"))
+    assert files == 2  # the two logtrees: no rollout summaries here
+    got = [
+        (h["kind"], h["report"], h["split"], h["group"], h["field"], h["before"] + h["match"] + h["after"])
+        for h in hits
+    ]
+    assert got == [
+        (
+            "logtree",
+            "train_iteration_000000.html",
+            "train",
+            None,
+            "text (p)",
+            "outside any group: a needle in the trace",
+        ),
+        (
+            "logtree",
+            "train_iteration_000000.html",
+            "train",
+            1,
+            "messages[1].content[0].text (assistant)",
+            "a needle says 4",
+        ),
+        (
+            "logtree",
+            next(n for n in storage.list() if n.startswith("eval_") and n.endswith(".html")),
+            "eval/" + hits[2]["eval_name"],
+            None,
+            "messages[0].content (assistant)",
+            "eval needle",
+        ),
+    ]
+    # roles are labels, not text; headings are text
+    assert search_run(storage, compile_pattern("^assistant$", regex=True))[0] == []
+    assert [h["field"] for h in search_run(storage, compile_pattern("Trajectory 0"))[0]] == ["text (h3)"]
+    assert len(search_run(storage, compile_pattern("needle"), limit=2)[0]) == 2
+
+
+def test_grep_prints_logtree_hits_with_their_report(tmp_path):
+    run = _run(tmp_path / "r")
+    out = CliRunner().invoke(main, ["grep", "says 4", str(run)])
+    assert out.exit_code == 0, out.output
+    assert out.output.splitlines() == [
+        "train_iteration_000000.html:group 1:messages[1].content[0].text (assistant): a needle says 4"
+    ]
+    out = CliRunner().invoke(main, ["grep", "-E", r"eval ne+dle", str(run), "--json"])
+    hit = json.loads(out.output)
+    assert hit["kind"] == "logtree" and re.fullmatch(r"eval_held_out.*_iteration_000000\.html", hit["report"])
+
+
+def test_serve_search_returns_logtree_hits_with_their_report(tmp_path):
+    import pytest
+
+    pytest.importorskip("starlette")
+    from starlette.testclient import TestClient
+
+    from rllog.serve import create_app
+
+    _run(tmp_path / "runs" / "r")
+    client = TestClient(create_app([str(tmp_path / "runs")]), base_url="http://127.0.0.1")
+    body = client.get("/api/search", params={"q": "says 4"}).json()
+    (hit,) = body["hits"]
+    assert hit["kind"] == "logtree" and hit["report"] == "train_iteration_000000.html" and hit["group"] == 1
+    # the report the page links to is served
+    report = client.get(f"/api/runs/{hit['run']}/files/{hit['report']}")
+    assert report.status_code == 200 and "a needle says 4" in report.text
