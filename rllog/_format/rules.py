@@ -583,6 +583,19 @@ class RuleEngine:
         entry["kinds"].add(kind)
         return []
 
+    def order_by_columns(self, columns: Sequence[str]) -> None:
+        """List findings as if the values had been fed column by column in ``columns``
+        order (what :func:`rllog.doctor.diagnose` does with a DataFrame), when they were
+        fed row by row: metrics and non-finite findings in that column order, and a
+        non-finite finding fired at its lowest step (the column's values in step order).
+        Metrics not in ``columns`` keep their place after those that are."""
+        rank = {c: i for i, c in enumerate(columns)}
+        last = len(rank)
+        self._metrics = dict(sorted(self._metrics.items(), key=lambda kv: rank.get(kv[0], last)))
+        self._nonfinite = dict(sorted(self._nonfinite.items(), key=lambda kv: rank.get(kv[0], last)))
+        for entry in self._nonfinite.values():
+            entry["fired_at"] = min(entry["steps"])
+
     # -- findings -------------------------------------------------------------------------
 
     def finish(self) -> list[Finding]:

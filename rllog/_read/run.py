@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -39,6 +40,7 @@ from rllog._format.rows import StepResolver
 from rllog._format.vocab import STEP_KEYS, is_eval
 from rllog._read.columnar import read_frame
 from rllog._read.foreign import trl_rows
+from rllog._read.stream import StreamedRows
 from rllog.errors import RunFormatError
 from rllog.storage import LocalStorage, Storage, open_storage
 
@@ -116,6 +118,7 @@ class Run:
         self._iterations = None
         self._frames.clear()
         self._rows_resolver: StepResolver | None = None
+        self._streamed: StreamedRows | None = None
         self._size_at_load = 0  # bytes of the metrics file when read: what lazy parsing reads
         self._one_clean_segment = False  # the columnar read found every row standing, no damage
         raw: list[tuple[int, dict]] | None = None
@@ -234,6 +237,7 @@ class Run:
             return []
         self._iterations = None
         self._one_clean_segment = False
+        self._streamed = None
         resolver = self._resolver  # parse what was there before, so only new rows are returned
         rows = self._tail.poll()
         if self._tail.rewritten:
@@ -254,19 +258,53 @@ class Run:
         r = self._resolver
         return r.kept + [row for _, row in r.unstepped]
 
+    def iter_rows(self) -> Iterator[dict[str, Any]]:
+        """The standing metric rows one at a time, equal to :attr:`rows` row for row, in
+        bounded memory (:class:`rllog._read.stream.StreamedRows`: ~24 bytes per row plus a
+        1 MiB window, whatever the file size). Rows already read (after :attr:`rows`) come
+        from memory. What ``rllog summary`` and ``rllog doctor`` read a long run with.
+
+        Raises:
+            OSError: the storage failed.
+        """
+        if self._rows_resolver is not None:
+            return iter(self.rows)
+        return self._stream().rows()
+
+    def _stream(self) -> StreamedRows:
+        """The rule's pass over the metrics file without keeping rows (on first use)."""
+        if self._streamed is None:
+            assert self._tail is not None  # a trainer_state.json has its rows resolved at load
+            self._streamed = StreamedRows(self.storage, self.metrics_name, self.step_key, self._size_at_load)
+        return self._streamed
+
     @property
     def rows_read(self) -> int:
         """Metric rows parsed from the file (standing, merged and superseded)."""
+        if self._rows_resolver is None and self._streamed is not None:
+            return self._streamed.added
         return self._resolver.added
+
+    @property
+    def superseded_count(self) -> int:
+        """``len(superseded_rows)`` without building the rows (streamed when rows were not read)."""
+        aside = len(self._moved_aside)
+        if self._rows_resolver is None and self._tail is not None:
+            return self._stream().superseded + aside
+        return len(self._resolver.superseded) + aside
 
     @property
     def restarts(self) -> list[tuple[int, Any]]:
         """``(line, step)`` where each restart found in the metrics file begins (empty for one segment)."""
+        if self._rows_resolver is None and self._streamed is not None:
+            return list(self._streamed.restarts)
         return list(self._resolver.restarts)
 
     @property
     def merged_rows(self) -> int:
         """Rows merged into an earlier row of the same step (eval-only rows, summary rows, late eval results)."""
+        if self._rows_resolver is None and self._streamed is not None:
+            return self._streamed.merged
         return self._resolver.merged
 
     def _frame(self, what: str, build) -> pd.DataFrame:
@@ -493,24 +531,29 @@ class Run:
         if self._rows_resolver is None and self._one_clean_segment:
             tail = self._ckpt_tail  # the metrics file parsed whole, one segment: nothing to say of it
             return out + (tail.problems + ([tail.torn] if tail.torn else []) if tail is not None else [])
-        for tail in (self._tail, self._ckpt_tail):
-            if tail is not None:
-                out += tail.problems + ([tail.torn] if tail.torn else [])
-        r = self._resolver
-        if r.restarts:
-            where = ", ".join(f"line {line} ({self.step_key} {step})" for line, step in r.restarts[:5])
-            more = f" and {len(r.restarts) - 5} more" if len(r.restarts) > 5 else ""
+        streamed = self._streamed if self._rows_resolver is None else None
+        if streamed is not None:  # the file was streamed (rllog summary): its counts, same words
+            out += streamed.problems + ([streamed.torn] if streamed.torn else [])
+            restarts, superseded, unstepped = streamed.restarts, streamed.superseded, streamed.unstepped
+        else:
+            r = self._resolver
+            if self._tail is not None:
+                out += self._tail.problems + ([self._tail.torn] if self._tail.torn else [])
+            restarts, superseded, unstepped = r.restarts, len(r.superseded), len(r.unstepped)
+        if self._ckpt_tail is not None:
+            out += self._ckpt_tail.problems + ([self._ckpt_tail.torn] if self._ckpt_tail.torn else [])
+        if restarts:
+            where = ", ".join(f"line {line} ({self.step_key} {step})" for line, step in restarts[:5])
+            more = f" and {len(restarts) - 5} more" if len(restarts) > 5 else ""
             out.append(
-                f"{self.metrics_name}: {len(r.restarts)} restart(s) appended in one file, at {where}{more}; "
-                f"the latest segment wins, {len(r.superseded)} superseded rows are in Run.superseded"
+                f"{self.metrics_name}: {len(restarts)} restart(s) appended in one file, at {where}{more}; "
+                f"the latest segment wins, {superseded} superseded rows are in Run.superseded"
             )
-        if r.unstepped:
+        if unstepped:
             what = (
                 f"no {self.step_key!r}" if self.step_key else f"none of the step keys {', '.join(STEP_KEYS)}"
             )
-            out.append(
-                f"{self.metrics_name}: {len(r.unstepped)} rows have {what}; kept at the end in file order"
-            )
+            out.append(f"{self.metrics_name}: {unstepped} rows have {what}; kept at the end in file order")
         return out
 
     def close(self) -> None:
