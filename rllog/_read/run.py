@@ -33,7 +33,10 @@ from rllog._format.layout import (
     SUPERSEDED_FILE,
     TORN_SUFFIX,
     Artifact,
+    artifact_rank,
     parse_iteration_file,
+    parse_rank_file_name,
+    rank_file_name,
     safe_eval_name,
 )
 from rllog._format.rows import StepResolver
@@ -94,7 +97,9 @@ class Run:
         trl_state: dict[str, Any] | None = None,
         owns_storage: bool = True,
         columns: list[str] | None = None,
+        rank: int = 0,
     ) -> None:
+        self.rank = rank
         self.storage = storage
         self._owns_storage = owns_storage
         self.url = storage.url
@@ -111,7 +116,23 @@ class Run:
 
     # -- loading -------------------------------------------------------------------------
     def _sibling(self, name: str) -> str | None:
-        return None if self._prefix is None else f"{self._prefix}{name}"
+        return None if self._prefix is None else rank_file_name(f"{self._prefix}{name}", self.rank)
+
+    @property
+    def ranks(self) -> list[int]:
+        """The ranks with metrics in this run folder: 0 for ``metrics.jsonl``, ``r`` for each
+        ``metrics.rank<r>.jsonl`` (``RunLogger(all_ranks=True)``); read one with
+        ``read_run(path, rank=r)``. ``[]`` for a run that is not a folder of rllog files."""
+        if self._prefix is None:
+            return []
+        out = set()
+        for name in self.storage.list(self._prefix):
+            if name == f"{self._prefix}{METRICS_FILE}":
+                out.add(0)
+            parsed = parse_rank_file_name(name)
+            if parsed is not None and parsed[0] == f"{self._prefix}{METRICS_FILE}":
+                out.add(parsed[1])
+        return sorted(out)
 
     def _load(self) -> None:
         self._notes: list[str] = []
@@ -423,7 +444,15 @@ class Run:
             self._iterations = [
                 Iteration(
                     i,
-                    sorted(arts, key=lambda a: (a.split != "train", a.eval_name or "", order.index(a.kind))),
+                    sorted(
+                        arts,
+                        key=lambda a: (
+                            a.split != "train",
+                            a.eval_name or "",
+                            artifact_rank(a.name),  # rank 0's first: what artifact() finds
+                            order.index(a.kind),
+                        ),
+                    ),
                 )
                 for i, arts in sorted(found.items())
             ]
@@ -598,6 +627,7 @@ def read_run(
     *,
     step_key: str | None = None,
     columns: list[str] | None = None,
+    rank: int | None = None,
     **storage_options: Any,
 ) -> Run:
     """Read a run.
@@ -613,6 +643,11 @@ def read_run(
         columns: metric names: :attr:`Run.metrics` then holds the step column and these
             only, in this order (a run of one clean segment is parsed column by column and
             only these are converted; :attr:`Run.rows` still has every key).
+        rank: read rank ``rank``'s files of a run that every rank wrote
+            (``RunLogger(all_ranks=True)``): ``metrics.rank<r>.jsonl`` with its
+            ``checkpoints.rank<r>.jsonl`` and ``config.rank<r>.json``; 0 or None is the
+            run's own ``metrics.jsonl``. :attr:`Run.ranks` lists the ranks there are.
+            A path to ``metrics.rank<r>.jsonl`` reads that rank too.
         storage_options: passed to fsspec for URIs (e.g. ``token="anon"``).
 
     Damage does not raise: damaged lines, a torn final line and restarts are reported in
@@ -626,19 +661,24 @@ def read_run(
     """
     if columns is not None and (isinstance(columns, str) or not all(isinstance(c, str) for c in columns)):
         raise TypeError(f"read_run(columns=...): expected a list of metric names, got {columns!r}")
+    if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 0):
+        raise TypeError(f"read_run(rank=...): expected an int >= 0, got {rank!r}")
+    rank = rank or 0
+    folder_metrics = rank_file_name(METRICS_FILE, rank)
     if not isinstance(log_path, (str, os.PathLike)):
         return Run(
             open_storage(log_path, mode="r"),
-            METRICS_FILE,
+            folder_metrics,
             step_key=step_key,
             columns=columns,
             owns_storage=False,
+            rank=rank,
         )
     url = os.fspath(log_path).removeprefix("file://")
     if "://" not in url:
         path = Path(url).expanduser()
         if path.is_dir():
-            return Run(LocalStorage(path), METRICS_FILE, step_key=step_key, columns=columns)
+            return Run(LocalStorage(path), folder_metrics, step_key=step_key, columns=columns, rank=rank)
         if not path.is_file():
             raise FileNotFoundError(
                 f"no run at {path}: expected a folder with metrics.jsonl, a .jsonl file or trainer_state.json"
@@ -653,7 +693,7 @@ def read_run(
                 raise FileNotFoundError(
                     f"no run at {url}: no files there (expected a folder with metrics.jsonl, a .jsonl file or trainer_state.json)"
                 )
-            return Run(storage, METRICS_FILE, step_key=step_key, columns=columns)
+            return Run(storage, folder_metrics, step_key=step_key, columns=columns, rank=rank)
         storage = open_storage(parent, mode="r", **storage_options)
         if not storage.exists(name):
             raise FileNotFoundError(
@@ -670,5 +710,11 @@ def read_run(
                 "for a run folder pass the folder"
             )
         return Run(storage, name, prefix=None, step_key=step_key, columns=columns, trl_state=state)
+    tagged = parse_rank_file_name(name)
+    if tagged is not None and tagged[0].endswith(METRICS_FILE):  # metrics.rank<r>.jsonl
+        plain, rank = tagged
+        return Run(
+            storage, name, prefix=plain[: -len(METRICS_FILE)], step_key=step_key, columns=columns, rank=rank
+        )
     prefix = name[: -len(METRICS_FILE)] if name.endswith(METRICS_FILE) else None
     return Run(storage, name, prefix=prefix, step_key=step_key, columns=columns)
