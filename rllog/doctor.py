@@ -133,6 +133,7 @@ def diagnose_rows(
     engine = RuleEngine(thresholds)
     feed = engine.feed_value
     columns: dict[str, None] = {}
+    watched: dict[str, bool] = {}  # metrics a rule reads; of the others only NaN/Inf matter
     for pos, row in enumerate(rows):
         if len(row) != len(columns) or not columns.keys() >= row.keys():
             columns.update(dict.fromkeys(row))
@@ -149,7 +150,11 @@ def diagnose_rows(
             if x != x:
                 if type(v) is float:  # a logged NaN (a "nan" string is no value, as in a DataFrame)
                     feed(k, cell_step, x)
-            else:
+                continue
+            w = watched.get(k)
+            if w is None:
+                w = watched[k] = engine.watches(k)
+            if w or x - x != 0:
                 feed(k, step, x)
     engine.order_by_columns([c for c in columns if c != step_key])
     engine.finish()

@@ -72,6 +72,7 @@ from __future__ import annotations
 import collections
 import math
 import statistics
+from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
@@ -439,8 +440,8 @@ class _Metric:
         self.entropy = False
         self.first: list[tuple[int, float]] = []  # entropy: values until the start is known
         self.keep = False  # keep every value (the reward/KL trend rule)
-        self.values: list[float] = []
-        self.steps: list[int] = []
+        self.values = array("d")  # 8 bytes a value, 16 with its step: a million-step run's series in 16 MB
+        self.steps = array("q")
 
 
 class RuleEngine:
@@ -455,7 +456,7 @@ class RuleEngine:
     :func:`rllog.doctor.diagnose` returns).
 
     Memory: O(1) per metric, except the reward and KL series the trend rule keeps
-    (one float and one int per logged value).
+    (one float and one int per logged value, 16 bytes, in arrays).
     """
 
     def __init__(self, thresholds: Thresholds | None = None) -> None:
@@ -582,6 +583,11 @@ class RuleEngine:
             entry["steps"].append(step)
         entry["kinds"].add(kind)
         return []
+
+    def watches(self, metric: str) -> bool:
+        """True if a rule besides the NaN/Inf check reads ``metric``; of any other metric
+        only non-finite values need feeding (finite ones change nothing)."""
+        return canonical(metric) in _RULE_KEYS
 
     def order_by_columns(self, columns: Sequence[str]) -> None:
         """List findings as if the values had been fed column by column in ``columns``
