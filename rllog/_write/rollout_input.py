@@ -242,6 +242,7 @@ class _Builder:
         last = len(steps) - 1
         step = self.step
         cls = self.step_cls
+        styles = self._styles  # step class -> _step_style, filled by self.step on a class's first step
         out: list[StepSummary] = []
         append = out.append
         try:
@@ -275,6 +276,22 @@ class _Builder:
                                 {} if logs is _NO_DICT else logs,
                             )
                         )
+                        continue
+                elif styles.get(type(s)) == "tinker":  # tinker-cookbook Transition, inline
+                    try:
+                        reward, ob_len, ac_len = s.reward, s.ob.length, len(s.ac.tokens)
+                        done, metrics, logs = s.episode_done, s.metrics, s.logs
+                    except AttributeError:  # an odd one of the class: self.step says what it lacks
+                        reward = None
+                    if (
+                        type(reward) is float
+                        and type(ob_len) is int
+                        and ob_len >= 0
+                        and type(done) is bool
+                        and type(metrics) is dict
+                        and type(logs) is dict
+                    ):
+                        append(cls(i, ob_len, ac_len, reward, done, metrics, logs))
                         continue
                 append(step(s, i, i == last))
         except (TypeError, ValueError) as e:
