@@ -28,11 +28,15 @@ import contextlib
 import inspect
 import os
 import threading
+import time
+import weakref
 from typing import Any, cast
 
 from rllog._format.codec import encode_json
 from rllog._format.layout import CHECKPOINTS_FILE, CODE_DIFF_FILE, CONFIG_FILE, METRICS_FILE, check_layout
 from rllog._format.records import ResumeState
+from rllog._storage.local import remove_stale_tmp
+from rllog._storage.staged import run_at_exit
 from rllog._write.checkpoints import CheckpointCommitter, checkpoint_record, read_checkpoints
 from rllog._write.metrics import MetricsWriter
 from rllog._write.noclobber import NoClobberStorage
@@ -242,6 +246,7 @@ class RunLogger:
             background=not isinstance(self.storage, LocalStorage),
             warn=warn,
         )
+        self._close_at_exit()
         if config is not None:
             self.log_config(config)
         if code_diff and not self._worker:
@@ -283,6 +288,7 @@ class RunLogger:
 
     def _start_checks(self, resume: bool) -> None:
         storage = self.storage
+        self._remove_stale_tmp()
         for name in (METRICS_FILE, CHECKPOINTS_FILE):
             repaired = repair_torn_tail(storage, name)
             if repaired:
@@ -294,6 +300,17 @@ class RunLogger:
                 f"{storage.url}/{METRICS_FILE} already has rows; new rows are appended after them. "
                 "Pass resume=True to continue from the last checkpoint instead."
             )
+
+    def _remove_stale_tmp(self) -> None:
+        """Delete temp files that writes of killed processes left in a local run folder."""
+        if isinstance(self.storage, LocalStorage) and self.storage.root.is_dir():
+            removed = remove_stale_tmp(self.storage.root)
+            if removed:
+                self._notes.note(
+                    f"removed {len(removed)} temp file(s) left by killed writers in {self.log_path}: "
+                    f"{removed[:5]}{' ...' if len(removed) > 5 else ''}",
+                    problem=False,
+                )
 
     def _resume(self, storage: Storage) -> None:
         """Choose the record and the point (rllog._write.resume_point), then move rows
@@ -466,7 +483,7 @@ class RunLogger:
 
         return self._reported(
             iteration_trace(
-                self._artifacts,
+                self._rollouts.writer(),  # a refused report is kept and retried like a row
                 iteration,
                 num_groups_to_log=num_groups_to_log,
                 title=title,
@@ -494,7 +511,7 @@ class RunLogger:
 
         return self._reported(
             iteration_trace(
-                self._artifacts,
+                self._rollouts.writer(),  # a refused report is kept and retried like a row
                 iteration,
                 eval_name=name,
                 num_groups_to_log=num_groups_to_log,
@@ -568,49 +585,60 @@ class RunLogger:
 
     def _flush(self, durable: bool, timeout: float | None = None) -> bool:
         """:meth:`flush`; True when everything (held checkpoint records included) went out.
-        ``timeout``: seconds each storage flush may wait (None: the storage's default)."""
+        ``timeout``: seconds the whole flush may wait (None: the storage's ``flush_timeout``
+        on object stores; a local flush never waits)."""
         if self._closed:
             return True
+        if timeout is None and isinstance(self.storage, FsspecStorage):
+            timeout = self.storage.flush_timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
         self._metrics.drain()
+        self._rollouts.write()  # reports and rollout files a backend refused earlier
         try:
-            self.storage.flush(durable=durable, timeout=timeout)
+            self.storage.flush(durable=durable, timeout=_left(deadline))
         except OSError as exc:
             self._notes.warn_once(f"flush:{type(exc).__name__}", f"could not flush {self.log_path}: {exc}")
             return False
-        return self._checkpoints.commit(timeout) and not self._metrics.pending
+        return self._checkpoints.commit(_left(deadline)) and not self._metrics.pending
 
     def close(self, timeout: float | None = None) -> None:
         """Flush durably and close the storage. Idempotent. Rows that still cannot be
         written are saved to a local rescue file, and a warning says where.
 
+        Also called at interpreter exit for a logger that was never closed (a loop that
+        ended with an uncaught exception and no ``with``): its rows are uploaded then.
+
         Args:
-            timeout: seconds to wait for object-store uploads (default: the storage's
-                ``close_timeout``, 60 s). Close keeps waiting while the upload makes
-                progress (a backlog after an outage) and stops after 5 s without any (a
-                bucket that is down: the spill journal keeps the rows for the next
-                writer), so it never hangs long. A local run does not wait.
+            timeout: seconds the whole close may take at most (default: the storage's
+                ``close_timeout``, 60 s; a local run does not wait). Close keeps
+                flushing while the upload makes progress (a backlog after an outage)
+                and stops after 5 s without any (a bucket that is down: the spill
+                journal keeps the rows for the next writer), so it never hangs long;
+                the warning says what was left where.
         """
         if self._closed:
             return
-        if self._diff_thread is not None:
-            self._diff_thread.join(timeout=30)
-        if self._sinks is not None:
-            for message in self._sinks.close(self._sink_timeout):
-                self._notes.note(message)
-            self._rewrite_findings()
-        self._checkpoints.stop()
         if timeout is None:
             timeout = (
                 self.storage.close_timeout
                 if isinstance(self.storage, FsspecStorage)
                 else _DEFAULT_CLOSE_TIMEOUT
             )
+        deadline = time.monotonic() + timeout
+        if self._diff_thread is not None:
+            self._diff_thread.join(timeout=min(30.0, _left(deadline) or 0.0))
+        if self._sinks is not None:
+            for message in self._sinks.close(self._sink_timeout):
+                self._notes.note(message)
+            self._rewrite_findings()
+        self._checkpoints.stop(timeout=min(1.0, _left(deadline) or 0.0))
         self._stop_index_thread()
-        progressed = self._final_flush(timeout)
+        progressed = self._final_flush(deadline)
         if progressed and self._index and not self._worker:
             self._write_index()
         self._status_ended()
         self._closed = self._metrics.closed = True
+        _OPEN_LOGGERS.discard(self)
         for message in (
             self._rollouts.save_elsewhere(),
             self._metrics.rescue(),
@@ -619,8 +647,9 @@ class RunLogger:
             if message is not None:
                 self._notes.note(message)
         if self._owns_storage:
+            left = _left(deadline) or 0.0
             try:
-                self.storage.close(timeout=timeout if progressed else min(timeout, _NO_PROGRESS_TIMEOUT))
+                self.storage.close(timeout=left if progressed else min(left, _NO_PROGRESS_TIMEOUT))
             except OSError as exc:
                 self._notes.note(f"closing {self.log_path} failed: {exc}")
         if self._run_lock is not None:
@@ -656,7 +685,9 @@ class RunLogger:
             doctor=engine,
             on_finding=on_finding,
             findings_file=DOCTOR_FILE if engine is not None else None,
-            replay=(METRICS_FILE, self._replay_size()) if engine is not None and self._resumed else None,
+            replay=(METRICS_FILE, self._replay_size() if self._resumed else 0)
+            if engine is not None
+            else None,
         )
         self._metrics.tap = dispatcher.put_row
         return dispatcher
@@ -710,28 +741,35 @@ class RunLogger:
         except OSError as exc:
             self._notes.warn_once("spans", f"could not append to {self.log_path}/{TIMING_SPANS_FILE}: {exc}")
 
-    def _final_flush(self, timeout: float) -> bool:
+    def _final_flush(self, deadline: float) -> bool:
         """The durable flush of :meth:`close`; True when everything went out. It keeps
-        flushing while the upload makes progress, up to ``timeout`` seconds, each flush
-        waiting at most 5 s."""
-        import time
-
-        deadline = time.monotonic() + timeout
+        flushing while the upload makes progress, until ``deadline`` (``time.monotonic``),
+        each flush waiting at most 5 s."""
         pending = self.storage.pending
         while True:
             before = sum(pending().values())
-            if self._flush(durable=True, timeout=min(timeout, _NO_PROGRESS_TIMEOUT)):
+            if self._flush(durable=True, timeout=min(_left(deadline) or 0.0, _NO_PROGRESS_TIMEOUT)):
                 return True
             if sum(pending().values()) >= before or time.monotonic() >= deadline:
                 return False
 
-    def _write_index(self) -> None:
+    def _close_at_exit(self) -> None:
+        """Have this logger closed at interpreter exit if the program never closes it
+        (only the process that opened it: a forked child's copy is not closed there)."""
+        if self._owns_storage:
+            self._exit_pid = os.getpid()
+            _OPEN_LOGGERS.add(self)
+            run_at_exit(_close_open_loggers)
+
+    def _write_index(self, final: bool = True) -> None:
         """Write index.html (charts, doctor findings, report links) for the run as it now is.
 
         A metrics file up to :data:`INLINE_INDEX_BYTES` is indexed here (bounded cost);
         a larger one by a detached low-priority process (``python -m rllog._indexjob``), so
         close never re-reads a long run inside training. :attr:`index_url` is set either
-        way; from the job the page appears when it finishes (seconds to a minute)."""
+        way; from the job the page appears when it finishes (seconds to a minute).
+        ``final=False`` (the periodic rewrite of ``index_every``) starts no job while the
+        previous one still runs."""
         try:
             size = self.storage.size(METRICS_FILE)
         except FileNotFoundError:
@@ -740,7 +778,7 @@ class RunLogger:
             self._notes.warn_once("index", f"could not write index.html for {self.log_path}: {exc}")
             return
         if size > INLINE_INDEX_BYTES and not self.log_path.startswith("memory://"):
-            self._start_index_job()
+            self._start_index_job(final)
             return
         from rllog.index import write_index
 
@@ -777,7 +815,7 @@ class RunLogger:
 
         def loop() -> None:
             while not self._index_stop.wait(every):
-                self._write_index()
+                self._write_index(final=False)
 
         self._index_thread = threading.Thread(target=loop, name="rllog-index", daemon=True)
         self._index_thread.start()
@@ -789,17 +827,27 @@ class RunLogger:
         if thread is not None:
             thread.join(timeout=60)
 
-    def _start_index_job(self) -> None:
+    def _start_index_job(self, final: bool = True) -> None:
         """Start ``python -m rllog._indexjob`` detached and at low priority: through ``sh``'s
         ``&``, so the job is no child of the training process (nothing to reap, no zombie)
         and outlives it. Its stdout is discarded; its stderr is this process's, for its
         one-line failure message. The run's URL and storage options go in a private temp
         file (mode 0600) that the job deletes on reading, never on a command line. A
-        failure to start is warned about."""
+        failure to start is warned about.
+
+        At most one job writes at a time: while the previous job (its pid, echoed by
+        ``sh``) is alive, a periodic rewrite (``final=False``) starts none, and the final
+        one (at close) starts a job that first waits for the previous one to exit."""
         import pickle
         import subprocess
         import sys
         import tempfile
+
+        previous = getattr(self, "_index_job_pid", None)
+        if previous is not None and not _pid_alive(previous):
+            previous = None
+        if previous is not None and not final:
+            return
 
         options = getattr(self.storage, "storage_options", self._storage_options)
         package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -809,12 +857,12 @@ class RunLogger:
         try:
             fd, path = tempfile.mkstemp(prefix="rllog-index-job-", suffix=".pickle")
             with os.fdopen(fd, "wb") as f:
-                pickle.dump({"url": self.log_path, "options": dict(options)}, f)
-            subprocess.run(
+                pickle.dump({"url": self.log_path, "options": dict(options), "after": previous}, f)
+            started = subprocess.run(
                 [
                     "sh",
                     "-c",
-                    '"$@" >/dev/null </dev/null &',
+                    '"$@" >/dev/null </dev/null & echo $!',
                     "sh",
                     sys.executable,
                     "-m",
@@ -824,8 +872,12 @@ class RunLogger:
                 env=env,
                 check=True,
                 timeout=10,
+                capture_output=True,
             )
-        except (OSError, subprocess.SubprocessError, pickle.PicklingError, TypeError, AttributeError) as exc:
+            self._index_job_pid: int | None = int(started.stdout.split()[-1])
+        except (
+            OSError, subprocess.SubprocessError, pickle.PicklingError, TypeError, AttributeError, ValueError, IndexError,
+        ) as exc:  # fmt: skip
             if path is not None:
                 with contextlib.suppress(OSError):
                     os.unlink(path)
@@ -894,6 +946,20 @@ class _Reported:
             },
         )
         return out
+
+
+_OPEN_LOGGERS: weakref.WeakSet[RunLogger] = weakref.WeakSet()
+
+
+def _close_open_loggers() -> None:
+    for logger in list(_OPEN_LOGGERS):
+        if getattr(logger, "_exit_pid", None) == os.getpid():
+            logger.close()
+
+
+def _left(deadline: float | None) -> float | None:
+    """Seconds until ``deadline`` (``time.monotonic``), at least 0; None for no deadline."""
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
 class NullRunLogger(RunLogger):
@@ -971,6 +1037,17 @@ class NullRunLogger(RunLogger):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (NullRunLogger, (self.log_path,), {"rank": self.rank})
+
+
+def _pid_alive(pid: int) -> bool:
+    """True while process ``pid`` exists (signal 0 probes without signalling)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else (the pid was reused): not our job
+        return False
+    return True
 
 
 def _check_index_every(every: Any, index: bool) -> None:

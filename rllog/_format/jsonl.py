@@ -94,6 +94,10 @@ def parse_lines(
     return rows, problems
 
 
+#: bytes of a file's start a tail keeps, to notice a rewrite that grew past the old offset
+_HEAD_BYTES = 256
+
+
 class JsonlTail:
     """Reads a growing JSONL file of a :class:`Readable` (any Storage) incrementally.
 
@@ -120,6 +124,15 @@ class JsonlTail:
         self.problems: list[str] = []
         self.torn: str | None = None
         self.rewritten = False
+        self._head = b""  # the first bytes read, to notice a rewrite (see poll)
+
+    def _same_head(self) -> bool:
+        """Whether the file still starts with the bytes first read (a file that grew past the
+        old offset may still be another file: rows moved aside, then new ones appended)."""
+        try:
+            return self.storage.read_range(self.name, 0, len(self._head)) == self._head
+        except FileNotFoundError:
+            return False
 
     def poll(self, final: bool = False, end: int | None = None) -> list[tuple[int, dict]]:
         """New ``(line_number, object)`` rows since the last poll; ``[]`` if the file is missing.
@@ -138,17 +151,21 @@ class JsonlTail:
             return []
         if end is not None:
             size = min(size, end)
-        if size < self.offset:
+        if size < self.offset or (size > self.offset and self._head and not self._same_head()):
             self.problems.append(
-                f"{self.name} shrank from {self.offset} to {size} bytes (rewritten, e.g. rows moved "
-                "aside on resume); read again from the start"
+                f"{self.name} was rewritten ({'it shrank from' if size < self.offset else 'its first bytes changed at'} "
+                f"{self.offset} to {size} bytes, e.g. rows moved aside on resume or the run folder replaced); "
+                "read again from the start"
             )
             self.offset = self.lines = 0
+            self._head = b""
             self.rewritten = True
         self.torn = None
         if size == self.offset:
             return []
         data = self.storage.read_range(self.name, self.offset, size)
+        if self.offset == 0:
+            self._head = data[:_HEAD_BYTES]
         end = data.rfind(b"\n") + 1
         complete, rest = data[:end], data[end:]
         rows, problems = parse_lines(complete, self.name, self.lines + 1)

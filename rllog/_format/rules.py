@@ -101,6 +101,7 @@ __all__ = [
     "ADVICE",
     "RuleEngine",
     "canonical",
+    "watched",
 ]
 
 
@@ -713,6 +714,15 @@ class RuleEngine:
 _MISSING: Any = object()
 #: every metric some rule looks at
 _RULE_KEYS = frozenset(CORE_KEYS).union(REWARD_KEYS, CLIPPED_KEYS)
+
+
+def watched(metric: str) -> bool:
+    """True when some rule looks at ``metric``'s finite values; any other metric is checked
+    only for NaN/Inf (a columnar caller may then feed :meth:`RuleEngine.feed_value` only its
+    non-finite cells and get the same findings)."""
+    return canonical(metric) in _RULE_KEYS
+
+
 #: the order findings of one severity are listed in (the order of the module docstring's table)
 _CHECK_ORDER = (
     "ratio", "clip_fraction", "approx_kl", "kl_negative", "kl_large", "clipped_completions",

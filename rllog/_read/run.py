@@ -250,9 +250,9 @@ class Run:
         """Read what was appended since the last read; returns the new metric rows as logged.
 
         Only new bytes of metrics.jsonl and checkpoints.jsonl are read; config.json is read
-        again and the iterations listed again. If metrics.jsonl was rewritten (it shrank,
-        e.g. rows moved aside on resume) the run is read again from the start and every
-        standing row is returned.
+        again and the iterations listed again. If metrics.jsonl was rewritten (it shrank, or
+        its first bytes changed: rows moved aside on resume, the folder replaced) the run is
+        read again from the start, every standing row is returned, and :attr:`warnings` says so.
         """
         if self._tail is None:  # a trainer_state.json is read whole
             return []
@@ -262,7 +262,9 @@ class Run:
         resolver = self._resolver  # parse what was there before, so only new rows are returned
         rows = self._tail.poll()
         if self._tail.rewritten:
+            note = self._tail.problems[-1]
             self._load()
+            self._notes.append(note)
             return list(self.rows)
         for line, row in rows:
             resolver.add(line, row)

@@ -15,7 +15,7 @@ from rllog._storage.base import check_name
 from rllog._storage.fileio import write_all
 from rllog.errors import StorageError
 
-__all__ = ["LocalStorage"]
+__all__ = ["LocalStorage", "remove_stale_tmp"]
 
 
 class LocalStorage:
@@ -270,3 +270,38 @@ class LocalStorage:
                 fds, self._fds = self._fds, {}
             for fd in fds.values():
                 os.close(fd)
+
+
+def remove_stale_tmp(root: str | os.PathLike[str]) -> list[str]:
+    """Delete the temp files (``.<name>.<pid>.<thread>.tmp``) that :meth:`LocalStorage.write`
+    calls of dead processes left under ``root`` when they were killed mid-write; returns
+    their paths relative to ``root``. A temp file of a live process (a worker writing a
+    report right now) is kept. Symlinks are neither followed nor removed."""
+    removed: list[str] = []
+    for dirpath, _dirnames, filenames in os.walk(root):
+        for fn in filenames:
+            parts = fn.split(".")
+            if not (fn.startswith(".") and fn.endswith(".tmp") and len(parts) >= 5 and parts[-3].isdigit()):
+                continue
+            if _alive(int(parts[-3])):
+                continue
+            path = os.path.join(dirpath, fn)
+            if os.path.islink(path):
+                continue
+            try:
+                os.unlink(path)
+            except OSError:
+                continue
+            removed.append(os.path.relpath(path, root))
+    return sorted(removed)
+
+
+def _alive(pid: int) -> bool:
+    """True if process ``pid`` exists (ours included)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # it exists, owned by another user
+        return True
+    return True

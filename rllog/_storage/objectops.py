@@ -13,12 +13,13 @@ rows, and so that two writers appending to one object never lose each other's ro
   ``max_components`` (1,000), the object is re-based (downloaded and uploaded whole
   once, with the generation precondition), so 1 flush in ~1,000 costs the file size.
   Compose takes at most 32 sources; we always send 2.
-- S3 (:class:`S3Ops`): below 5 MiB (S3's smallest multipart part) the object is
-  rewritten whole with ``If-Match: <etag>`` (upload cost: the file size per flush,
-  at most 5 MiB; the content is cached so nothing is downloaded); from 5 MiB on, a
-  multipart upload copies the object server-side (``UploadPartCopy``) and adds the new
-  bytes as the last part, completed with ``If-Match`` (upload cost: the new bytes;
-  4 requests per flush).
+- S3 (:class:`S3Ops`): S3 cannot append or join objects under 5 MiB server-side, so
+  each flush uploads its bytes as a new immutable segment object (``If-None-Match: *``
+  on its offset: of two writers one wins, the other re-lists and goes after it), folded
+  server-side (``UploadPartCopy``) into a bounded chunk; readers join the object and its
+  segments; close composes them into one plain object. Upload cost: the new bytes
+  (plus at most 5 MiB once, and per close); 3 to 8 requests per flush whatever the
+  file's size.
 - Anything else (``memory://``, other fsspec backends, :class:`GenericOps`): read the
   whole object and write it back. Correct for one writer per process (``memory://`` is
   guarded by a process-wide lock); costs the file size per flush.
@@ -50,6 +51,8 @@ GCS_MAX_COMPOSE_SOURCES = 32
 S3_MIN_PART = 5 * 2**20
 #: Where part objects live, inside the run; never listed as run files.
 PARTS_DIR = ".rllog-parts"
+#: Where S3 segment objects live, inside :data:`PARTS_DIR` (see :class:`S3Ops`).
+SEGMENTS_DIR = "segments"
 
 _PERMANENT_S3_CODES = {
     "AccessDenied",
@@ -355,116 +358,417 @@ class GcsOps(ObjectOps):
                     pass
 
 
+@dataclass
+class _Piece:
+    """One object holding bytes ``[start, end)`` of a file, from byte ``skip`` of the object."""
+
+    kind: str  # "base" (the file's own object), "chunk" or "data" (segment objects)
+    key: str  # bucket-relative key
+    start: int
+    end: int
+    skip: int = 0
+
+    @property
+    def size(self) -> int:  # bytes in the object
+        return self.skip + self.end - self.start
+
+
+@dataclass
+class _Layout:
+    """What one file is made of on S3, as listed: its object and its segments."""
+
+    base: _Piece | None
+    base_etag: str
+    pieces: list[_Piece]  # segment objects, every one listed (stale ones too)
+    cover: list[tuple[_Piece, int, int]]  # (piece, logical start, logical end), in order
+
+    @property
+    def size(self) -> int:
+        return self.cover[-1][2] if self.cover else 0
+
+    def anchor(self) -> _Piece | None:
+        """The piece the cover ends with (what the next segment is chained onto)."""
+        return self.cover[-1][0] if self.cover else None
+
+
+def _cover(pieces: list[_Piece]) -> list[tuple[_Piece, int, int]]:
+    """From byte 0, repeatedly take the piece that holds the next byte and reaches the
+    farthest (ties: base, then chunk, then data); stop at the first byte no piece holds."""
+    rank = {"base": 2, "chunk": 1, "data": 0}
+    ordered = sorted(pieces, key=lambda p: p.start)
+    out: list[tuple[_Piece, int, int]] = []
+    pos, i, best = 0, 0, None
+    while True:
+        while i < len(ordered) and ordered[i].start <= pos:
+            p = ordered[i]
+            if best is None or (p.end, rank[p.kind]) > (best.end, rank[best.kind]):
+                best = p
+            i += 1
+        if best is None or best.end <= pos:
+            return out
+        out.append((best, pos, best.end))
+        pos = best.end
+
+
 class S3Ops(ObjectOps):
-    """S3 through s3fs ``call_s3``: If-Match rewrites below 5 MiB, multipart copy above."""
+    """S3 through s3fs ``call_s3``: a file is its object plus immutable segment objects.
+
+    Layout of ``<run>/<name>`` while writers append (keys under
+    ``<run>/.rllog-parts/segments/<quoted name>/``, hidden from :func:`list_names`):
+
+    - ``d<start>``: a *data* segment, the bytes one flush appended at byte ``start`` of
+      the file, created with ``If-None-Match: *``: the key is the claim on that offset,
+      so of two writers appending at the same end one wins and the other gets 412
+      (:class:`Conflict`), re-lists, and appends after it.
+    - ``c<start>-<end>-<skip>``: a *chunk*, bytes ``[start, end)`` of the file from byte
+      ``skip`` of the object, built server-side (``UploadPartCopy``, nothing uploaded)
+      from the previous chunk (the whole of it, or its last ``min_part`` bytes once it
+      passes ``chunk_max``) and the new data segment, which is then deleted. A chunk's
+      name says what it holds, so two writers building the same chunk build the same
+      bytes. Chunks exist so that close can compose the file from parts of at least
+      ``min_part`` (S3's smallest multipart part); the first one, when the file passes
+      ``min_part`` without an object that large to start from, is uploaded whole once.
+
+    The file is read as the *cover* (:func:`_cover`): from byte 0, the piece (the object
+    or a segment) that holds the next byte and reaches farthest. A reader therefore
+    sees every flushed row at any moment, and leftovers of a crash (segments already in
+    the object, a chunk not yet deleted) change nothing.
+
+    Close (:meth:`cleanup`) composes every file that has segments into one plain object
+    (multipart ``UploadPartCopy`` of the object and chunks; pieces smaller than
+    ``min_part`` are downloaded and uploaded again, at most ``min_part`` bytes per file;
+    a file under ``min_part`` is uploaded whole in one PUT), completed with ``If-Match``
+    on the object, then deletes the segments it holds. A writer that dies before its
+    close leaves segments that every reader sees and the next writer's close composes.
+
+    Cost per flush, flat in the file's size: the new bytes uploaded once; 3 requests
+    below ``min_part`` (the PUT, then a list and a HEAD that check the claim: a writer
+    whose view is old may claim an offset whose segment was folded or composed away),
+    then 4 more (multipart create, 2 part copies, complete) and one batch delete,
+    copying at most ``chunk_max`` bytes server-side. Uploaded in total:
+    the file's bytes, plus at most ``min_part`` once when it first passes ``min_part``
+    and at most ``min_part`` per close, plus the whole file at close when it stays under
+    ``min_part`` (S3 cannot join objects under 5 MiB server-side).
+    """
 
     min_part = S3_MIN_PART
+    #: A chunk longer than this (bytes) is sealed; the next starts with its last ``min_part``.
+    chunk_max = 3 * S3_MIN_PART
+    #: Bytes per part when an object is copied whole (S3 allows at most 5 GiB).
+    max_copy_part = 2**30
 
     def __init__(self, fs: Any, writer_id: str, root: str) -> None:
         super().__init__(fs, writer_id, root)
         fs.retries = 1  # s3fs's own retry loop; our caller retries (our own instance)
-        self._cache: dict[str, tuple[str, bytes]] = {}  # path -> (etag, content) we wrote last
+        self._known: dict[str, _Layout] = {}  # path -> its layout after our last append
         self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ layout
 
     def _split(self, path: str) -> dict[str, str]:
         bucket, key = path.split("/", 1)
         return {"Bucket": bucket, "Key": key}
 
+    def _segments(self, path: str) -> str:
+        """Bucket-relative prefix of the segments of ``path``."""
+        from urllib.parse import quote
+
+        name = path[len(self.root) + 1 :]
+        return f"{self.root.split('/', 1)[1]}/{PARTS_DIR}/{SEGMENTS_DIR}/{quote(name, safe='')}/"
+
     def forget(self, path: str) -> None:
         with self._lock:
-            self._cache.pop(path, None)
+            self._known.pop(path, None)
+
+    def _list(self, bucket: str, prefix: str) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        token: dict[str, str] = {}
+        while True:
+            page = self.fs.call_s3("list_objects_v2", Bucket=bucket, Prefix=prefix, **token)
+            out.extend(page.get("Contents", []))
+            if not page.get("IsTruncated"):
+                return out
+            token = {"ContinuationToken": page["NextContinuationToken"]}
+
+    def _layout(self, path: str) -> _Layout:
+        """List the segments and stat the object of ``path`` (2 requests, more past
+        1,000 segments)."""
+        where = self._split(path)
+        prefix = self._segments(path)
+        pieces = []
+        for item in self._list(where["Bucket"], prefix):
+            leaf = item["Key"][len(prefix) :]
+            try:
+                if leaf.startswith("d"):
+                    start = int(leaf[1:])
+                    pieces.append(_Piece("data", item["Key"], start, start + int(item["Size"])))
+                elif leaf.startswith("c"):
+                    start, end, skip = (int(v) for v in leaf[1:].split("-"))
+                    pieces.append(_Piece("chunk", item["Key"], start, end, skip))
+            except ValueError:
+                continue  # not ours
+        try:
+            head = self.fs.call_s3("head_object", **where)
+            base: _Piece | None = _Piece("base", where["Key"], 0, int(head["ContentLength"]))
+            etag = head["ETag"]
+        except FileNotFoundError:
+            base, etag = None, ""
+        return _Layout(base, etag, pieces, _cover(pieces + ([base] if base else [])))
 
     def stat(self, path: str) -> ObjectStat | None:
-        try:
-            head = self.fs.call_s3("head_object", **self._split(path))
-        except FileNotFoundError:
+        layout = self._layout(path)
+        if layout.base is None and not layout.pieces:
             return None
-        return ObjectStat(int(head["ContentLength"]), head["ETag"])
+        return ObjectStat(layout.size, layout.base_etag if not layout.pieces else "")
+
+    def _fetch(self, bucket: str, spans: list[tuple[_Piece, int, int]]) -> bytes:
+        """The bytes of ``spans`` (piece, logical start, logical end), fetched concurrently."""
+        if not spans:
+            return b""
+        paths = [f"{bucket}/{p.key}" for p, _, _ in spans]
+        starts = [p.skip + a - p.start for p, a, _ in spans]
+        ends = [p.skip + b - p.start for p, _, b in spans]
+        blobs = self.fs.cat_ranges(paths, starts, ends, on_error="raise")
+        return b"".join(blobs)
+
+    def read_range(self, path: str, start: int, end: int | None) -> bytes:
+        for attempt in range(3):
+            layout = self._layout(path)
+            if layout.base is None and not layout.pieces:
+                raise FileNotFoundError(path)
+            stop = layout.size if end is None else min(end, layout.size)
+            spans = [(p, max(a, start), min(b, stop)) for p, a, b in layout.cover if a < stop and b > start]
+            try:
+                return self._fetch(self._split(path)["Bucket"], spans)
+            except FileNotFoundError:
+                if attempt == 2:
+                    raise
+                # a writer's close composed the file and deleted a segment we listed: list again
+        raise AssertionError("unreachable")
+
+    def read(self, path: str) -> bytes:
+        return self.read_range(path, 0, None)
+
+    # ------------------------------------------------------------------ writing
+
+    def _delete(self, bucket: str, keys: list[str]) -> None:
+        for i in range(0, len(keys), 1000):
+            batch = [{"Key": k} for k in keys[i : i + 1000]]
+            self.fs.call_s3("delete_objects", Bucket=bucket, Delete={"Objects": batch, "Quiet": True})
 
     def put(self, path: str, data: bytes) -> None:
+        """Replace the file: its segments are deleted first (a reader meanwhile sees the
+        old object without them), then one PUT."""
         self.forget(path)
-        out = self.fs.call_s3("put_object", Body=data, **self._split(path))
-        if len(data) < self.min_part:
-            with self._lock:
-                self._cache[path] = (out["ETag"], data)
+        where = self._split(path)
+        stale = [item["Key"] for item in self._list(where["Bucket"], self._segments(path))]
+        self._delete(where["Bucket"], stale)
+        self.fs.call_s3("put_object", Body=data, **where)
+
+    def remove(self, path: str) -> None:
+        self.forget(path)
+        where = self._split(path)
+        stale = [item["Key"] for item in self._list(where["Bucket"], self._segments(path))]
+        self._delete(where["Bucket"], stale)
+        try:
+            self.fs.call_s3("delete_object", **where)
+        except FileNotFoundError:
+            if not stale:
+                raise
 
     def append(self, path: str, data: bytes, before_send: Callable[[int], None]) -> None:
         with self._lock:
-            cached = self._cache.get(path)
+            layout = self._known.pop(path, None)
+        if layout is None:
+            layout = self._layout(path)
+        where = self._split(path)
+        end = layout.size
+        piece = _Piece("data", f"{self._segments(path)}d{end:016d}", end, end + len(data))
+        before_send(end)
         try:
-            if cached is not None:
-                etag, old = cached
-            else:
-                stat = self.stat(path)
-                if stat is None:
-                    etag, old = "", b""
-                elif stat.size < self.min_part:
-                    out = self.fs.call_s3("get_object", IfMatch=stat.version, **self._split(path))
-                    etag, old = stat.version, self._body(out)
-                else:
-                    return self._multipart(path, stat, data, before_send)
-            if len(old) >= self.min_part:
-                self.forget(path)
-                return self._multipart(path, ObjectStat(len(old), etag), data, before_send)
-            before_send(len(old))
-            new = old + data
-            condition = {"IfMatch": etag} if etag else {"IfNoneMatch": "*"}
-            out = self.fs.call_s3("put_object", Body=new, **condition, **self._split(path))
+            self.fs.call_s3("put_object", Body=data, IfNoneMatch="*", Bucket=where["Bucket"], Key=piece.key)
         except Exception as exc:
-            self.forget(path)
             if isinstance(exc, FileExistsError) or classify(exc) == "conflict":
-                raise Conflict(f"{path} changed under us") from exc
+                raise Conflict(f"{path}: another writer appended at byte {end} first") from exc
             raise
+        # a writer holding an old view may have claimed an offset whose segment was
+        # folded or composed away (and so free again): the file as listed now must read
+        # our bytes from our segment, else the claim is void
+        layout = self._layout(path)
+        if not any(p.key == piece.key for p, _, _ in layout.cover):
+            self._delete(where["Bucket"], [piece.key])
+            raise Conflict(f"{path}: byte {end} was already part of the file")
+        try:  # the rows are safe in the data segment: chaining it into a chunk may fail
+            self._chain(path, layout)
+        except Exception:
+            return  # the next append lists again; close composes whatever is there
         with self._lock:
-            if len(new) < self.min_part:
-                self._cache[path] = (out["ETag"], new)
+            self._known[path] = layout
 
-    def _body(self, out: dict[str, Any]) -> bytes:
-        import asyncio
-
-        from fsspec.asyn import sync
-
-        async def read() -> bytes:
-            async with out["Body"] as stream:
-                return await stream.read()
-
-        return (
-            sync(self.fs.loop, read) if asyncio.iscoroutinefunction(out["Body"].read) else out["Body"].read()
+    def _copy_part(
+        self, upload: str, where: dict[str, str], number: int, key: str, first: int, last: int
+    ) -> dict[str, Any]:
+        out = self.fs.call_s3(
+            "upload_part_copy",
+            UploadId=upload,
+            PartNumber=number,
+            CopySource={"Bucket": where["Bucket"], "Key": key},
+            CopySourceRange=f"bytes={first}-{last - 1}",
+            **where,
         )
+        return {"PartNumber": number, "ETag": out["CopyPartResult"]["ETag"]}
 
     def _multipart(
-        self, path: str, stat: ObjectStat, data: bytes, before_send: Callable[[int], None]
-    ) -> None:
-        where = self._split(path)
+        self, where: dict[str, str], parts: list[tuple[str, int, int] | bytes], **condition: str
+    ) -> str:
+        """Create ``where`` from ``parts`` (``(key, first, end)`` copied server-side, or
+        bytes uploaded) in one multipart upload; its ETag."""
         upload = self.fs.call_s3("create_multipart_upload", **where)["UploadId"]
         try:
-            copied = self.fs.call_s3(
-                "upload_part_copy",
-                UploadId=upload,
-                PartNumber=1,
-                CopySource=where,
-                CopySourceIfMatch=stat.version,
-                **where,
-            )
-            added = self.fs.call_s3("upload_part", UploadId=upload, PartNumber=2, Body=data, **where)
-            parts = [
-                {"PartNumber": 1, "ETag": copied["CopyPartResult"]["ETag"]},
-                {"PartNumber": 2, "ETag": added["ETag"]},
-            ]
-            before_send(stat.size)
-            self.fs.call_s3(
+            done = []
+            for number, part in enumerate(parts, 1):
+                if isinstance(part, bytes):
+                    out = self.fs.call_s3(
+                        "upload_part", UploadId=upload, PartNumber=number, Body=part, **where
+                    )
+                    done.append({"PartNumber": number, "ETag": out["ETag"]})
+                else:
+                    done.append(self._copy_part(upload, where, number, *part))
+            out = self.fs.call_s3(
                 "complete_multipart_upload",
                 UploadId=upload,
-                MultipartUpload={"Parts": parts},
-                IfMatch=stat.version,
+                MultipartUpload={"Parts": done},
+                **condition,
                 **where,
             )
+            return str(out.get("ETag", ""))
         except BaseException:
             try:
                 self.fs.call_s3("abort_multipart_upload", UploadId=upload, **where)
             except Exception:
                 pass  # an unfinished upload is removed by the bucket's lifecycle rules
             raise
+
+    def _chain(self, path: str, layout: _Layout) -> None:
+        """Fold the data segments at the end of ``layout.cover`` into a chunk, one at a
+        time (see the class docstring); updates ``layout``."""
+        bucket = self._split(path)["Bucket"]
+        prefix = self._segments(path)
+        while True:
+            cover = layout.cover
+            i = len(cover)
+            while i > 0 and cover[i - 1][0].kind == "data":
+                i -= 1
+            if i == len(cover):
+                return  # nothing left to fold
+            anchor = cover[i - 1][0] if i > 0 else None
+            if anchor is None or anchor.size < self.min_part:
+                if layout.size < self.min_part:
+                    return  # a small file: segments only; close uploads it whole
+                # the first chunk: nothing of min_part to copy from, so upload it (once)
+                end = layout.size
+                chunk = _Piece("chunk", f"{prefix}c{0:016d}-{end:016d}-{0:016d}", 0, end)
+                body = self._fetch(bucket, cover)
+                self.fs.call_s3("put_object", Body=body, Bucket=bucket, Key=chunk.key)
+                self._settle(bucket, layout, chunk, [p for p, _, _ in cover if p.kind != "base"])
+                continue
+            seg, a_end = cover[i][0], cover[i - 1][2]
+            first: tuple[str, int, int]
+            if anchor.kind == "chunk" and anchor.size + seg.size <= self.chunk_max:  # grow it
+                chunk = _Piece("chunk", "", anchor.start, seg.end, anchor.skip)
+                first, gone = (anchor.key, 0, anchor.size), [anchor, seg]
+            else:  # seal the anchor (or the object): the new chunk starts with its last min_part bytes
+                tail = anchor.skip + a_end - anchor.start
+                chunk = _Piece("chunk", "", a_end, seg.end, self.min_part)
+                first, gone = (anchor.key, tail - self.min_part, tail), [seg]
+            chunk.key = f"{prefix}c{chunk.start:016d}-{chunk.end:016d}-{chunk.skip:016d}"
+            self._multipart({"Bucket": bucket, "Key": chunk.key}, [first, (seg.key, 0, seg.size)])
+            self._settle(bucket, layout, chunk, gone)
+
+    def _settle(self, bucket: str, layout: _Layout, chunk: _Piece, gone: list[_Piece]) -> None:
+        """``chunk`` now holds what ``gone`` held: delete those, update ``layout``."""
+        self._delete(bucket, [p.key for p in gone])
+        keep = [p for p in layout.pieces if p not in gone] + [chunk]
+        layout.pieces[:] = keep
+        layout.cover[:] = _cover(keep + ([layout.base] if layout.base else []))
+
+    # ------------------------------------------------------------------ close
+
+    def cleanup(self, own_only: bool) -> None:
+        """At close: compose every file of the run that has segments into its object
+        (see the class docstring). A file that fails is left as it is (readers still
+        see every row) and reported with a ``RuntimeWarning``."""
+        import warnings
+        from urllib.parse import unquote
+
+        bucket, _, run = self.root.partition("/")
+        top = f"{run}/{PARTS_DIR}/{SEGMENTS_DIR}/"
+        try:
+            names = {item["Key"][len(top) :].split("/", 1)[0] for item in self._list(bucket, top)}
+        except Exception as exc:
+            warnings.warn(f"rllog: could not list s3://{top} at close: {exc}", RuntimeWarning, stacklevel=2)
+            return
+        for name in sorted(names):
+            path = f"{self.root}/{unquote(name)}"
+            try:
+                call_with_retry(f"compose s3://{path}", self.compose, path)
+            except Exception as exc:
+                warnings.warn(
+                    f"rllog: could not compose s3://{path} into one object at close ({exc}); every row is "
+                    "still readable through rllog, and the next writer's close composes it",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+
+    def compose(self, path: str) -> None:
+        """Make the object of ``path`` hold the whole file, then delete its segments.
+
+        Raises :class:`Conflict` when another writer replaced the object meanwhile.
+        """
+        self.forget(path)
+        layout = self._layout(path)
+        where = self._split(path)
+        size = layout.size
+        if layout.cover and [p.kind for p, _, _ in layout.cover] != ["base"]:
+            condition = {"IfMatch": layout.base_etag} if layout.base else {"IfNoneMatch": "*"}
+            if size < self.min_part:
+                body = self._fetch(where["Bucket"], layout.cover)
+                etag = self.fs.call_s3("put_object", Body=body, **condition, **where)["ETag"]
+            else:
+                etag = self._multipart(where, self._parts(where["Bucket"], layout.cover), **condition)
+            head = self.fs.call_s3("head_object", **where)
+            if int(head["ContentLength"]) != size or (etag and head["ETag"] != etag):
+                raise Conflict(f"{path} changed while it was composed")
+        self._delete(where["Bucket"], [p.key for p in layout.pieces if p.end <= size])
+
+    def _parts(self, bucket: str, cover: list[tuple[_Piece, int, int]]) -> list[tuple[str, int, int] | bytes]:
+        """Parts of at least ``min_part`` bytes (but the last) for ``cover``: ranges of
+        objects copied server-side, and small pieces joined and uploaded."""
+        parts: list[tuple[str, int, int] | bytes] = []
+        pending = bytearray()
+        for i, (piece, a, b) in enumerate(cover):
+            first, end = piece.skip + a - piece.start, piece.skip + b - piece.start
+            if pending:
+                take = min(end - first, self.min_part - len(pending))
+                pending += self._fetch(bucket, [(piece, a, a + take)])
+                first, a = first + take, a + take
+                if len(pending) >= self.min_part:
+                    parts.append(bytes(pending))
+                    pending.clear()
+            if first == end:
+                continue
+            if end - first >= self.min_part or (i == len(cover) - 1 and not pending):
+                while first < end:
+                    step = end - first
+                    if step > self.max_copy_part:
+                        step = min(self.max_copy_part, end - first - self.min_part)
+                    parts.append((piece.key, first, first + step))
+                    first += step
+            else:
+                pending += self._fetch(bucket, [(piece, a, b)])
+        if pending:
+            parts.append(bytes(pending))
+        return parts
 
     def probe(self) -> None:
         bucket, _, prefix = self.root.partition("/")
@@ -499,8 +803,9 @@ def backend_options(protocol: str, options: dict[str, Any], request_timeout: flo
 
 
 def list_names(fs: Any, root: str, url: str) -> set[str]:
-    """Names (relative to ``root``) of the objects under ``root``, part objects
-    (``.rllog-parts/``) excluded; empty if nothing is there. Retried as
+    """Names (relative to ``root``) of the files under ``root``: objects, and S3 files
+    whose bytes are so far only segments (:class:`S3Ops`); part and segment objects
+    (``.rllog-parts/``) are not listed. Empty if nothing is there. Retried as
     :func:`call_with_retry`."""
 
     def find() -> list[str]:
@@ -509,10 +814,15 @@ def list_names(fs: Any, root: str, url: str) -> set[str]:
         except FileNotFoundError:
             return []
 
+    from urllib.parse import unquote
+
     prefix = root + "/"
-    found = call_with_retry(f"list {url}", find)
-    return {
-        p[len(prefix) :]
-        for p in found
-        if p.startswith(prefix) and not p[len(prefix) :].startswith(PARTS_DIR + "/")
-    }
+    segments = f"{PARTS_DIR}/{SEGMENTS_DIR}/"
+    names = set()
+    for path in call_with_retry(f"list {url}", find):
+        name = path[len(prefix) :] if path.startswith(prefix) else ""
+        if name.startswith(segments):  # an S3 file that so far is only segments
+            names.add(unquote(name[len(segments) :].split("/", 1)[0]))
+        elif name and not name.startswith(PARTS_DIR + "/"):
+            names.add(name)
+    return names

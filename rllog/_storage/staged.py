@@ -25,7 +25,7 @@ from rllog._storage.base import check_name
 from rllog._storage.spill import NULL_JOURNAL, Journal, SpillJournal, run_folder, spill_root
 from rllog.errors import StorageError, StoragePermanentError
 
-__all__ = ["FsspecStorage"]
+__all__ = ["FsspecStorage", "run_at_exit"]
 
 
 class FsspecStorage:
@@ -39,8 +39,9 @@ class FsspecStorage:
     per flush, well under GCS's ~1 write/s/object.
 
     Upload cost (:mod:`rllog._storage.objectops`): on GCS the new bytes only (a part object composed
-    onto the file server-side; re-based once per ~1,000 flushes); on S3 the whole file
-    per flush below 5 MiB, the new bytes only above (multipart copy); elsewhere the whole
+    onto the file server-side; re-based once per ~1,000 flushes); on S3 the new bytes
+    as a segment object that readers join, folded server-side into bounded chunks and
+    composed into the file's one object at close (``S3Ops``); elsewhere the whole
     file per flush. ``write`` is one PUT of the whole file: atomic.
 
     Failures: 429, 5xx, timeouts and dropped connections are retried with exponential
@@ -57,11 +58,11 @@ class FsspecStorage:
 
     Many writers: each handle (each process, or each unpickled copy) is its own writer.
     On GCS and S3, two writers appending to one object keep each other's rows (GCS:
-    compose with ``ifGenerationMatch``; S3: ``If-Match``/``If-None-Match``). The tests
-    run this against the GCS emulator behind a proxy that enforces the generation
-    preconditions the emulator ignores, and against moto, which enforces them on PUT
-    (not on completing a multipart upload, so S3 objects over 5 MiB with two writers
-    rely on real S3). Other backends are single-writer per object.
+    compose with ``ifGenerationMatch``; S3: each segment claims its offset with
+    ``If-None-Match``). The tests run this against the GCS emulator behind a proxy that
+    enforces the generation preconditions the emulator ignores, and against moto, which
+    enforces them on PUT (not on completing a multipart upload: two S3 writers closing
+    at the same instant rely on real S3's ``If-Match`` on the compose). Other backends are single-writer per object.
 
     Args:
         url: the run's URL.
@@ -120,7 +121,7 @@ class FsspecStorage:
         writer_id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self._ops = objectops.make_ops(self.fs, writer_id, self._root)
         self._pid = os.getpid()
-        self._state = threading.Lock()  # staged bytes and counters
+        self._state = threading.RLock()  # staged bytes and counters
         self._wake = threading.Condition(self._state)
         self._commit = threading.Lock()  # one upload attempt at a time; readers wait for it
         self._stop = threading.Event()  # close gave up waiting: abandon retries
@@ -148,6 +149,7 @@ class FsspecStorage:
         self._thread = threading.Thread(target=self._run, name=f"rllog-upload {self.url}", daemon=True)
         self._thread.start()
         _OPEN_STORAGES.add(self)
+        run_at_exit()
 
     def __reduce__(self) -> tuple[Any, ...]:
         options = dict(
@@ -355,14 +357,20 @@ class FsspecStorage:
     # ------------------------------------------------------------------ uploading
 
     def _probe(self) -> None:
+        """At open: list the run (the bucket exists and may be read), then create and
+        delete a small object under ``.rllog-parts/<writer>/`` (it may be written), so
+        write-denied credentials fail here, not at the first upload with every row."""
         try:
             self._ops.probe()
+            probe = f"{self._root}/{objectops.PARTS_DIR}/{self._ops.writer_id}/write-probe"
+            self._ops.put(probe, b"rllog write probe\n")
+            self._ops.remove(probe)
         except Exception as exc:
             kind = "permanent" if isinstance(exc, FileNotFoundError) else objectops.classify(exc)
             if kind == "permanent":
                 raise StoragePermanentError(
-                    f"cannot write a run to {self.url}: {type(exc).__name__}: {exc}. "
-                    "Check the bucket name and the credentials (storage_options)."
+                    f"cannot write a run to {self.url}: {type(exc).__name__}: {exc}. Check the bucket "
+                    "name and that the credentials (storage_options) may list, create and delete objects there."
                 ) from exc
             self._warn_once(
                 "outage",
@@ -431,7 +439,7 @@ class FsspecStorage:
                 error = StoragePermanentError(f"cannot upload to {self.url}: {type(exc).__name__}: {exc}")
                 self._warn_once("permanent", f"rllog: {error}; rows are kept locally ({self._where()})")
         with self._state:
-            if error is None:
+            if error is None and not self._closed:
                 self._uploaded_seq = max(self._uploaded_seq, start)
                 for journal in self._journals[:-1]:
                     if not journal.staged:  # a dead writer's journal, all uploaded
@@ -490,6 +498,8 @@ class FsspecStorage:
 
                 def before_send(size_before: int) -> None:
                     with self._state:
+                        if self._closed:  # close gave up: do not send what the journal cannot track
+                            raise StorageError(f"{self!r} was closed during the upload of {name}")
                         if staged.epoch == epoch:
                             staged.intent = (size_before, len(tail))
                             self._spill(journal, lambda spill: spill.set_intent(name, size_before, len(tail)))
@@ -497,6 +507,8 @@ class FsspecStorage:
                 self._ops.append(path, tail, before_send)
                 done = len(tail)
             with self._state:
+                if self._closed:  # close gave up meanwhile: the journal (intent) tells the next writer
+                    return
                 if staged.epoch == epoch:  # not rewritten or removed meanwhile
                     staged.base = None
                     del staged.tail[:done]
@@ -569,8 +581,10 @@ class FsspecStorage:
 
         Args:
             timeout: seconds to wait for the final upload; ``None``:
-                :attr:`close_timeout`. Past it, an upload in flight gets at most
-                ``request_timeout + 5`` more seconds, then retries are abandoned.
+                :attr:`close_timeout`. Past it, retries are abandoned and close
+                returns within about one more second; a request still in flight is
+                recorded in the journal (its intent), so the next writer checks
+                whether it landed before re-sending it.
 
         Never raises for upload failures: it warns (``RuntimeWarning``) with what was not
         uploaded and where the spill journal keeps it (the next writer of the run on
@@ -582,27 +596,31 @@ class FsspecStorage:
         timeout = self._timeout(timeout, self.close_timeout)
         if self._closed or self._pid != os.getpid():
             return
+        deadline = time.monotonic() + timeout
         with self._state:
             self._closing = True
             self._wake.notify_all()
         self._poke.set()
         self._thread.join(timeout)
-        if self._thread.is_alive():
+        if self._thread.is_alive():  # past the timeout: abandon retries, leave a request in flight
             self._stop.set()
             self._poke.set()
-            self._thread.join(self.request_timeout + 5)
-        self._closed = True
-        _OPEN_STORAGES.discard(self)
-        pending = self.pending()
-        discard = not pending
-        with self._state:
+            self._thread.join(max(0.0, min(1.0, deadline + 1.0 - time.monotonic())))
+        with self._state:  # from here the upload thread touches neither the journals nor the bucket
+            self._closed = True
+            _OPEN_STORAGES.discard(self)
+            pending = self.pending()
             for journal in self._journals:
-                self._spill(journal, lambda spill: spill.close(discard))
+                try:
+                    journal.spill.close(not pending)
+                except OSError:
+                    pass  # the folder is gone: nothing more can be kept there
         if pending:
             warnings.warn(
-                f"rllog: closing {self.url} with bytes not uploaded ({self._last_cycle[1]}): "
-                f"{self._describe_pending()}. They are kept in {self._where()}; the next writer of this "
-                "run on this machine uploads them first.",
+                f"rllog: closing {self.url} after {timeout:g} s with bytes not uploaded "
+                f"({self._last_cycle[1] or 'still uploading'}): {self._describe_pending()}. They are kept in "
+                f"{self._where()}; the next writer of this run on this machine (RunLogger(..., resume=True) or "
+                "any open of the same URL) uploads them first.",
                 RuntimeWarning,
                 stacklevel=2,
             )
@@ -639,10 +657,45 @@ class _Journal:
 
 
 _OPEN_STORAGES: weakref.WeakSet[FsspecStorage] = weakref.WeakSet()
+_EXIT_FIRST: list[Callable[[], None]] = []  # run at exit before open storages are closed
+_exit_hook_registered = False
 
 
-@atexit.register
-def _close_open_storages() -> None:
+def run_at_exit(callback: Callable[[], None] | None = None) -> None:
+    """Make sure open storages are closed (their staged bytes uploaded) at interpreter
+    exit, also when the program ends with an uncaught exception and never called close;
+    ``callback`` (e.g. closing open loggers) runs first.
+
+    The hook runs in ``threading``'s shutdown, before ``concurrent.futures`` refuses new
+    work and before ``atexit`` handlers close HTTP sessions: a plain ``atexit`` hook runs
+    too late (s3fs: "cannot schedule new futures after shutdown"; gcsfs: "Session is
+    closed"). Falls back to ``atexit`` where that is not available.
+    """
+    global _exit_hook_registered
+    if callback is not None and callback not in _EXIT_FIRST:
+        _EXIT_FIRST.append(callback)
+    if _exit_hook_registered:
+        return
+    _exit_hook_registered = True
+    import concurrent.futures.thread  # noqa: F401  # its exit hook first, so ours runs before it
+
+    register = getattr(threading, "_register_atexit", None)
+    try:
+        if register is None:
+            raise RuntimeError("no threading._register_atexit")
+        register(_close_at_exit)  # callbacks run last-registered first
+    except RuntimeError:  # already shutting down, or another Python
+        atexit.register(_close_at_exit)
+
+
+def _close_at_exit() -> None:
+    for callback in _EXIT_FIRST:
+        try:
+            callback()
+        except Exception as exc:  # one failure must not keep the storages from closing
+            warnings.warn(
+                f"rllog: closing at exit failed: {type(exc).__name__}: {exc}", RuntimeWarning, stacklevel=1
+            )
     for storage in list(_OPEN_STORAGES):
         storage.close()
 

@@ -14,6 +14,7 @@ Record format (docs/FORMATS.md, checkpoints.jsonl)::
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -25,7 +26,7 @@ from rllog._format.redact import redact_tree
 from rllog._write.metrics import MetricsWriter
 from rllog._write.rollouts import RolloutFiles
 from rllog.errors import StorageError
-from rllog.storage import Storage
+from rllog.storage import LocalStorage, Storage
 
 __all__ = ["CheckpointCommitter", "checkpoint_record", "read_checkpoints"]
 
@@ -82,10 +83,18 @@ class CheckpointCommitter:
     Args:
         storage: the run's storage.
         metrics: the run's metric row path (its held-back rows must be written first).
-        rollouts: the run's rollout summary files (likewise).
+        rollouts: the run's rollout summary files and reports (likewise).
         background: commit on a background thread (object stores) instead of in the
             caller's thread (local disk).
         warn: ``warn(kind, message)``, told once per kind of failure.
+
+    Concurrency: the loop, user threads, the background thread and ``close`` may commit
+    at once. The lock is held only to hand data to the storage, never while waiting for
+    an upload, so ``close`` is never stuck behind a background commit; each record is
+    appended once, in the order records were added, and only after a durability barrier
+    that started after it was added. In a forked child the lock and the thread are
+    renewed (a lock held by a parent's thread at the fork would otherwise never be
+    released in the child).
     """
 
     def __init__(
@@ -104,11 +113,23 @@ class CheckpointCommitter:
         self._strict_json = strict_json
         self._background = background
         self._warn = warn
-        self.pending: list[tuple[str, bytes]] = []  # (name, line); list append/pop(0) are atomic
-        self._lock = threading.RLock()  # one commit at a time (the loop, the thread, close)
+        self.pending: list[tuple[int, str, bytes]] = []  # (number, name, line), oldest first
+        self._added = 0  # records added so far; a record's number is its position
+        self._unflushed = False  # records appended whose durability nobody has waited for yet
+        self._cut_to: int | None = None  # checkpoints.jsonl must be cut back to this size first
+        self._fork_safe()
+
+    def _fork_safe(self) -> None:
+        """(Re)create the lock, the wake event and the thread handle for this process."""
+        self._pid = os.getpid()
+        self._lock = threading.RLock()  # hands records to the storage (the loop, the thread, close)
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._stop = False
+
+    def _check_fork(self) -> None:
+        if self._pid != os.getpid():
+            self._fork_safe()
 
     def add(self, record: dict[str, Any]) -> None:
         """Encode ``record`` and commit it (now, or on the background thread).
@@ -116,9 +137,12 @@ class CheckpointCommitter:
         Raises:
             TypeError: a value of the record is not JSON-able (the key is named).
         """
+        self._check_fork()
         name = record["name"]
         line = encode_json(record, where=f"checkpoint {name!r}", strict_json=self._strict_json) + b"\n"
-        self.pending.append((name, line))
+        with self._lock:
+            self._added += 1
+            self.pending.append((self._added, name, line))
         if not self._background:
             self.commit()
             return
@@ -135,51 +159,101 @@ class CheckpointCommitter:
             if not self._stop:
                 self.commit()
 
-    def stop(self) -> None:
-        """Stop the background thread (bounded: one commit waits at most the storage's flush timeout)."""
-        if self._thread is not None:
+    def stop(self, timeout: float = 1.0) -> None:
+        """Stop the background thread: it appends nothing after this returns. Waits at
+        most ``timeout`` seconds for it (a commit waiting on a slow upload is left to
+        finish on its own; it holds no lock while it waits)."""
+        self._check_fork()
+        with self._lock:  # a commit handing records over finishes first
             self._stop = True
-            self._wake.set()
-            self._thread.join()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
 
     def commit(self, timeout: float | None = None) -> bool:
         """Append held records once everything logged before them is durable; True when
-        none is left. ``timeout``: seconds each storage flush may wait (None: its default).
+        none is left. ``timeout``: seconds the whole commit may wait for the storage (None:
+        twice its flush timeout at most: one barrier before the records, one after).
 
         On a backend failure nothing raises: the records wait (a resume never points past
         data that was lost), a warning is given once, and they are tried again (next
         checkpoint, ``flush``, ``close``, and every few seconds on object stores).
         """
-        with self._lock:
-            if not self.pending:
-                return True
-            try:
+        import time
+
+        self._check_fork()
+        in_thread = threading.current_thread() is self._thread
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def left() -> float | None:
+            return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+        try:
+            with self._lock:
+                if not self.pending and not self._unflushed:
+                    return True
+                upto = self._added  # records added before the barrier below
                 if not self._metrics.drain():
                     raise StorageError(f"{len(self._metrics.pending)} metric row(s) are not written yet")
-                if self._rollouts.unwritten and not self._rollouts.write():
+                if not self._rollouts.write():
                     raise StorageError(
-                        f"{len(self._rollouts.unwritten)} rollout summary file(s) are not written yet"
+                        f"{len(self._rollouts.unwritten)} rollout summary file(s) or report(s) are not written yet"
                     )
-                self._storage.flush(durable=True, timeout=timeout)
-                while self.pending:
-                    self._storage.append(CHECKPOINTS_FILE, self.pending[0][1])
-                    self.pending.pop(0)
-                self._storage.flush(durable=True, timeout=timeout)
-            except OSError as exc:
-                names = [n for n, _ in self.pending]
-                self._warn(
-                    f"checkpoint:{type(exc).__name__}",
+            self._storage.flush(durable=True, timeout=left())  # rows and files before the records
+            with self._lock:
+                if in_thread and self._stop:
+                    return False  # close took over
+                self._append(upto)
+            self._storage.flush(durable=True, timeout=left())
+            with self._lock:
+                if not self.pending:
+                    self._unflushed = False
+        except OSError as exc:
+            names = [n for _, n, _ in self.pending]
+            if names:
+                what = (
                     f"checkpoint record(s) {names} held back: what was logged before them is not durable in "
-                    f"{self._storage.url} ({exc}). Training goes on; they are written once it is.",
+                    f"{self._storage.url} ({exc}). Training goes on; they are written once it is."
                 )
-                return False
-            return True
+            else:
+                what = (
+                    f"checkpoint record(s) appended to {self._storage.url}/{CHECKPOINTS_FILE} are not uploaded "
+                    f"yet ({exc}); they are kept with the rows and retried."
+                )
+            self._warn(f"checkpoint:{type(exc).__name__}", what)
+            return False
+        return not self.pending
+
+    def _append(self, upto: int) -> None:
+        """(under the lock) Append the held records numbered up to ``upto``, oldest first.
+        A failed local append is cut back to the file's size before it, so a short write
+        (ENOSPC, EIO) never leaves a torn record for the retry to append after."""
+        storage = self._storage
+        local = isinstance(storage, LocalStorage)
+        while self.pending and self.pending[0][0] <= upto:
+            line = self.pending[0][2]
+            if not local:
+                storage.append(CHECKPOINTS_FILE, line)  # staged whole: never torn
+            else:
+                if self._cut_to is not None:  # an earlier cut-back failed: do it first
+                    storage.truncate(CHECKPOINTS_FILE, self._cut_to)
+                    self._cut_to = None
+                before = storage.size(CHECKPOINTS_FILE) if storage.exists(CHECKPOINTS_FILE) else 0
+                try:
+                    storage.append(CHECKPOINTS_FILE, line)
+                except OSError:
+                    self._cut_to = before
+                    storage.truncate(CHECKPOINTS_FILE, before)
+                    self._cut_to = None
+                    raise
+            self.pending.pop(0)
+            self._unflushed = True
 
     def unwritten_message(self) -> str | None:
         """At close: which records never became durable, or None."""
         if not self.pending:
             return None
-        lines = b"".join(line for _, line in self.pending).decode()
+        lines = b"".join(line for _, _, line in self.pending).decode()
         return (
             f"checkpoint record(s) not written to {self._storage.url}/{CHECKPOINTS_FILE}, because the data "
             f"before them never became durable: {lines}"

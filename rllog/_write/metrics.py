@@ -54,6 +54,7 @@ class MetricsWriter:
         "_lock",
         "_encoder",
         "_warn",
+        "_pid",
         "_last_step",
         "_last_row",
     )
@@ -72,6 +73,7 @@ class MetricsWriter:
         self._last_row: dict[str, Any] = {}
         self._fd = storage.append_fd(METRICS_FILE) if isinstance(storage, LocalStorage) else None
         self._lock = threading.Lock()
+        self._pid = os.getpid()
         self._encoder = MetricsEncoder(strict_json=strict_json)
         self._warn = warn
 
@@ -84,6 +86,7 @@ class MetricsWriter:
         """
         if self.closed:
             raise RuntimeError(f"log_metrics(step={step!r}) on a closed RunLogger for {self.storage.url}")
+        self._check_fork()
         with self._lock:
             row = self._encoder.encode_row(step, metrics)
             if step == self._last_step:
@@ -112,6 +115,12 @@ class MetricsWriter:
         if self.console:
             _print_row(step, metrics)
 
+    def _check_fork(self) -> None:
+        """In a forked child, a new lock: the parent's may have been held by another thread at the fork."""
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._lock = threading.Lock()
+
     def _same_step(self, step: int, row: dict[str, Any]) -> None:
         """A second row for the step just logged: fine when its keys are new (an eval row,
         a summary row), but a key with another value makes readers take the later row as a
@@ -130,6 +139,7 @@ class MetricsWriter:
 
     def drain(self) -> bool:
         """Write the held-back rows, in order; True when none is left."""
+        self._check_fork()
         with self._lock:
             self._drain()
             return not self.pending

@@ -37,6 +37,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -342,51 +343,97 @@ def summarize_rollouts(
 
 
 class RolloutFiles:
-    """Rollout summary files a backend refused, kept in memory and written again later.
+    """Whole files (rollout summaries, logtree reports) a backend refused, kept in memory
+    and written again later.
 
     ``add(name, data)`` replaces an unwritten file of the same name (a newer one wins);
-    ``write()`` writes the kept files in order and returns False at the first refusal
-    (``warn(kind, message)`` is told once per error kind); ``save_elsewhere()`` puts
-    what is still unwritten into a local temp folder at close and returns a message.
+    ``write()`` writes every kept file, oldest first, keeps the ones refused and returns
+    False if any was (``warn(kind, message)`` is told once per error kind, naming the
+    files kept); ``save_elsewhere()`` puts what is still unwritten into a local temp
+    folder at close and returns a message naming every file.
+
+    Thread-safe: the loop, user threads and the checkpoint committer's thread call it at
+    once; one lock guards :attr:`unwritten` and the writes (a write of one file is never
+    raced by a second write of the same bytes).
     """
 
     def __init__(self, storage: Storage, warn: Callable[[str, str], None]) -> None:
         self._storage = storage
         self._warn = warn
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
         self.unwritten: dict[str, bytes] = {}
+
+    def _locked(self) -> threading.Lock:
+        """The lock (a new one in a forked child: the parent's may have been held at the fork)."""
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._lock = threading.Lock()
+        return self._lock
 
     def add(self, name: str, data: bytes) -> bool:
         """Keep ``data`` for ``name`` and write every kept file; False if one was refused."""
-        self.unwritten[name] = data
-        return self.write()
+        with self._locked():
+            self.unwritten.pop(name, None)  # re-added last: the newest goes after older files
+            self.unwritten[name] = data
+            return self._write()
 
     def write(self) -> bool:
+        """Write every kept file; True when none is left."""
+        with self._locked():
+            return self._write()
+
+    def _write(self) -> bool:
         unwritten = self.unwritten
+        refused: list[str] = []
         for name in list(unwritten):
             try:
                 self._storage.write(name, unwritten[name])
             except OSError as exc:
+                refused.append(name)
                 self._warn(
-                    f"rollouts:{type(exc).__name__}",
-                    f"could not write {self._storage.url}/{name}: {exc}. Training goes on; "
-                    f"{len(unwritten)} rollout summary file(s) are kept in memory and retried on the "
-                    "next log_rollouts call and at close.",
+                    f"files:{type(exc).__name__}",
+                    f"could not write {self._storage.url}/{name}: {exc}. Training goes on; the file is kept "
+                    "in memory with every other rollout summary file or report refused, and retried on the next write, checkpoint, "
+                    "flush and at close (which names what was never written).",
                 )
-                return False
+                continue
             del unwritten[name]
-        return True
+        return not refused
+
+    def writer(self) -> KeptWriter:
+        """A write-only view for whole-file writers (logtree reports): its ``write``
+        keeps the file here and never raises, so a refused report is retried like a row."""
+        return KeptWriter(self)
 
     def save_elsewhere(self) -> str | None:
         """After a last :meth:`write`: save what is still unwritten to a temp folder.
-        Returns what happened (for the logger's warnings), None when nothing was left."""
-        if not self.unwritten or self.write():
-            return None
-        what = f"{len(self.unwritten)} rollout summary file(s) could not be written to {self._storage.url}"
-        try:
-            folder = tempfile.mkdtemp(prefix="rllog-unwritten-rollouts-")
-            for name, data in self.unwritten.items():
-                with open(os.path.join(folder, name), "wb") as f:
-                    f.write(data)
-        except OSError as exc:
-            return f"{what}, nor to a temp folder ({exc}): {sorted(self.unwritten)} are lost"
-        return f"{what}; they were saved to {folder}"
+        Returns what happened, naming every file (for the logger's warnings), None when
+        nothing was left."""
+        with self._locked():
+            if not self.unwritten or self._write():
+                return None
+            names = sorted(self.unwritten)
+            what = f"{len(names)} file(s) could not be written to {self._storage.url}: {names}"
+            try:
+                folder = tempfile.mkdtemp(prefix="rllog-unwritten-files-")
+                for name, data in self.unwritten.items():
+                    path = os.path.join(folder, name)
+                    os.makedirs(os.path.dirname(path), exist_ok=True)
+                    with open(path, "wb") as f:
+                        f.write(data)
+            except OSError as exc:
+                return f"{what}; nor to a temp folder ({exc}): they are lost"
+            return f"{what}; they were saved to {folder}"
+
+
+class KeptWriter:
+    """``url`` and ``write(name, data)`` of a storage, through :meth:`RolloutFiles.add`:
+    a refused file is kept and retried, and warned about once per error kind."""
+
+    def __init__(self, files: RolloutFiles) -> None:
+        self._files = files
+        self.url = files._storage.url
+
+    def write(self, name: str, data: bytes) -> None:
+        self._files.add(name, data)

@@ -18,9 +18,10 @@ Safety, by construction:
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -114,6 +115,8 @@ def create_app(catalog: Catalog, *, token: str | None = None, hosts: list[str] |
         entry = catalog.get(request.path_params["run_id"])
         if entry is None:
             raise _NotFound(f"no run with id {request.path_params['run_id']!r}")
+        if entry.run is None:
+            raise _NotFound(entry.error or f"run {entry.name!r} could not be read")
         return entry
 
     def page(request: Request) -> Response:
@@ -147,11 +150,11 @@ def create_app(catalog: Catalog, *, token: str | None = None, hosts: list[str] |
         if key not in entry.metric_names():
             raise _NotFound(f"run {entry.name!r} has no numeric metric {key!r}")
         points = min(max(_int(request, "points", 2000) or 2000, 10), _MAX_POINTS)
-        x = request.query_params.get("x") or (entry.run.step_key or "row")
+        x = request.query_params.get("x") or (entry.require().step_key or "row")
         out = entry.series(key, x, points, _float(request, "x0"), _float(request, "x1"))
         out["findings"] = [
             {**f, "threshold_value": threshold_value(f["threshold"])}
-            for f in entry.findings()
+            for f in entry.findings() or []  # None while the doctor has not reported yet
             if f["metric"] == key
         ]
         out["version"] = entry.version
@@ -159,7 +162,7 @@ def create_app(catalog: Catalog, *, token: str | None = None, hosts: list[str] |
 
     def detail(request: Request) -> Response:
         entry = run_or_404(request)
-        run = entry.run
+        run = entry.require()
         diff = None
         if run.metrics_name == "metrics.jsonl":
             try:
@@ -173,7 +176,7 @@ def create_app(catalog: Catalog, *, token: str | None = None, hosts: list[str] |
                 "checkpoints": run.checkpoints,
                 "code_diff": diff,
                 "warnings": run.warnings,
-                "findings": entry.findings(),
+                "findings": entry.findings() if entry.findings() is not None else entry.compute_findings(),
                 "files": run.files(),
             }
         )
@@ -181,17 +184,18 @@ def create_app(catalog: Catalog, *, token: str | None = None, hosts: list[str] |
     def iterations(request: Request) -> Response:
         entry = run_or_404(request)
         out = []
-        for it in entry.run.iterations:
+        run = entry.require()
+        for it in run.iterations:
             splits = []
             for ev in [None, *it.eval_names]:
                 has = {a.kind for a in it.artifacts if a.eval_name == ev}
                 item: dict[str, Any] = {
                     "eval": ev,
-                    "label": "train" if ev is None else entry.run.eval_display_name(ev),
+                    "label": "train" if ev is None else run.eval_display_name(ev),
                     "kinds": sorted(has),
                 }
                 if "rollout_summaries" in has:
-                    item.update(_reward_stats(entry.run.rollout_summaries(it.iteration, ev)))
+                    item.update(_reward_stats(run.rollout_summaries(it.iteration, ev)))
                 splits.append(item)
             out.append({"iteration": it.iteration, "splits": splits})
         return _Json({"iterations": out})
@@ -203,7 +207,7 @@ def create_app(catalog: Catalog, *, token: str | None = None, hosts: list[str] |
             raise _BadRequest("query parameter iteration is required")
         ev = request.query_params.get("eval") or None
         try:
-            records = entry.run.rollout_summaries(iteration, ev)
+            records = entry.require().rollout_summaries(iteration, ev)
         except FileNotFoundError as exc:
             raise _NotFound(str(exc)) from None
         return _Json(
@@ -216,7 +220,7 @@ def create_app(catalog: Catalog, *, token: str | None = None, hosts: list[str] |
         if iteration is None:
             raise _BadRequest("query parameter iteration is required")
         try:
-            html = entry.run.html(iteration, request.query_params.get("eval") or None)
+            html = entry.require().html(iteration, request.query_params.get("eval") or None)
         except FileNotFoundError as exc:
             raise _NotFound(str(exc)) from None
         return Response(
@@ -238,9 +242,9 @@ def create_app(catalog: Catalog, *, token: str | None = None, hosts: list[str] |
         hits: list[dict[str, Any]] = []
         searched = 0
         for e in entries:
-            if e.run.metrics_name != "metrics.jsonl":
+            if not e.load() or e.require().metrics_name != "metrics.jsonl":
                 continue
-            found, n = search_rollouts(e.run.storage, pattern, limit=max(1, 300 - len(hits)))
+            found, n = search_rollouts(e.require().storage, pattern, limit=max(1, 300 - len(hits)))
             searched += n
             hits += [{**h, "run": e.id, "run_name": e.name} for h in found]
             if len(hits) >= 300:
@@ -266,7 +270,13 @@ def create_app(catalog: Catalog, *, token: str | None = None, hosts: list[str] |
     async def on_bad(request: Request, exc: Exception) -> Response:
         return _Json({"error": str(exc)}, status_code=400)
 
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        catalog.close()  # stop the worker thread with the server
+
     return Starlette(
+        lifespan=lifespan,
         routes=routes,
         middleware=[
             Middleware(TrustedHostMiddleware, allowed_hosts=hosts or ["127.0.0.1", "localhost", "[::1]"]),

@@ -18,17 +18,22 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from rllog._format.layout import METRICS_FILE, SUPERSEDED_FILE
-from rllog._format.rows import nonfinite_cells
+from rllog._format.layout import DOCTOR_FILE, METRICS_FILE, SUPERSEDED_FILE
 from rllog._read.run import Run, read_run
 from rllog._read.status import run_status
-from rllog._read.summary import columns, key_metrics
+from rllog._read.summary import key_metrics
 from rllog.storage import Storage, open_storage
 
 __all__ = ["Catalog", "RunEntry", "downsample"]
 
 #: seconds between two re-reads of one run's new bytes (requests in between share one read)
 REFRESH_EVERY = 0.5
+#: a growing run's findings are recomputed at most this often (seconds; more for slow runs)
+DOCTOR_EVERY = 10.0
+#: /api/runs reads runs not read yet itself for this long (seconds), then leaves the rest to the worker
+INLINE_LOAD_SECONDS = 0.3
+#: ... and only runs whose metrics file is at most this big (bytes; bucket runs never)
+INLINE_LOAD_BYTES = 4_000_000
 #: seconds between two walks of the roots for new runs
 DISCOVER_EVERY = 2.0
 #: a bucket run whose marker says running but whose metrics did not grow for this long is "stalled"
@@ -72,25 +77,78 @@ def downsample(x: Any, y: Any, points: int) -> tuple[Any, Any]:
 
 @dataclass
 class RunEntry:
-    """One run: its reader, what was computed from it, and when it last grew."""
+    """One run: its reader (read on first need, see :meth:`load`), what was computed from it,
+    and when it last grew.
+
+    Everything a request needs is computed from columns (one float64 array per metric,
+    built on first use) and cached until new rows arrive; the doctor runs off the request
+    path (:meth:`compute_findings`, called by the catalog's worker thread).
+    """
 
     id: str
     location: str  # the path or URL given to read_run
     name: str  # shown: the location relative to its root
-    run: Run
     bucket: bool
+    options: dict[str, Any] = field(default_factory=dict)  # storage options for read_run
+    run: Run | None = None  # None until loaded
+    error: str | None = None  # why the run could not be read
     checked: float = 0.0  # monotonic time of the last refresh
     grew: float = field(default_factory=time.time)  # wall time new rows were last seen
     version: int = -1
     _columns: dict[str, Any] = field(default_factory=dict)
-    _findings: tuple[int, list[dict[str, Any]]] | None = None
+    _summary: tuple[Any, dict[str, Any]] | None = None
+    _findings: tuple[Any, list[dict[str, Any]]] | None = None  # (version or doctor.jsonl size, findings)
+    _doctor_at: float = 0.0  # monotonic time the doctor last finished
+    _doctor_took: float = 0.0  # seconds it took
     lock: threading.RLock = field(default_factory=threading.RLock)
 
-    def refresh(self) -> None:
-        """Read the run's new bytes (at most every :data:`REFRESH_EVERY` seconds)."""
+    @property
+    def loaded(self) -> bool:
+        return self.run is not None
+
+    def load(self) -> bool:
+        """Read the run if not read yet; False if it cannot be read (:attr:`error` says why)."""
         with self.lock:
+            if self.run is None and self.error is None:
+                try:
+                    self.run = read_run(self.location, **self.options)
+                except (OSError, ValueError) as exc:
+                    self.error = f"{self.location}: not read ({type(exc).__name__}: {exc})"
+                    return False
+                self.version = self.run.rows_read
+                self.checked = time.monotonic()
+            return self.run is not None
+
+    def small(self) -> bool:
+        """True for a local run whose metrics file is under :data:`INLINE_LOAD_BYTES` (cheap to read in a request)."""
+        if self.bucket:
+            return False
+        path = self.location if os.path.isfile(self.location) else os.path.join(self.location, METRICS_FILE)
+        try:
+            return os.path.getsize(path) <= INLINE_LOAD_BYTES
+        except OSError:
+            return True  # no metrics file yet: nothing to read
+
+    def require(self) -> Run:
+        """The run, read now if it was not yet.
+
+        Raises:
+            OSError: the run cannot be read (the message says why).
+        """
+        if not self.load():
+            raise OSError(self.error)
+        assert self.run is not None
+        return self.run
+
+    def refresh(self) -> None:
+        """Read the run's new bytes (at most every :data:`REFRESH_EVERY` seconds; nothing before
+        it is loaded, nothing while another thread reads or diagnoses it)."""
+        if not self.lock.acquire(blocking=False):
+            return
+        with self.lock:
+            self.lock.release()  # held once more by the with
             now = time.monotonic()
-            if now - self.checked < REFRESH_EVERY:
+            if self.run is None or now - self.checked < REFRESH_EVERY:
                 return
             self.checked = now
             before = self.run.rows_read
@@ -106,29 +164,32 @@ class RunEntry:
     # -- metrics -------------------------------------------------------------------------
     def metric_names(self) -> list[str]:
         """Numeric metrics (a value of any row is a number), in first-logged order, the step column excluded."""
-        with self.lock:
-            if "\0names" not in self._columns:  # cached until new rows arrive
-                rows = self.run.rows
-                numeric: set[str] = set()
-                for row in rows:
-                    numeric.update(k for k, v in row.items() if type(v) in (int, float))
-                cols = columns(rows)
-                self._columns["\0names"] = [c for c in cols if c in numeric and c != self.run.step_key]
-            return list(self._columns["\0names"])
+        run = self.require()
+        table = self._table()
+        return [k for k in table["columns"] if k in table["numeric"] and k != run.step_key]
 
     def x_options(self) -> list[str]:
         """The x axes this run offers: its step column, ``progress/batch`` when logged, wall time."""
         names = set(self.metric_names())
-        out = [self.run.step_key or "row"]
+        out = [self.require().step_key or "row"]
         out += [k for k in ("progress/batch",) if k in names and k != out[0]]
         if any(k in names for k in _WALL_KEYS):
             out.append(X_WALL)
         return out
 
+    def _table(self) -> dict[str, Any]:
+        """Every column of the standing rows, built in one pass (:func:`row_columns`), cached until new rows arrive."""
+        run = self.require()
+        with self.lock:
+            if "\0table" not in self._columns:
+                self._columns["\0table"] = row_columns(run.rows)
+            return self._columns["\0table"]
+
     def column(self, key: str) -> Any:
         """``key``'s values on the standing rows as float64 (NaN where missing or not a number)."""
         import numpy as np
 
+        run = self.require()
         with self.lock:
             if key not in self._columns:
                 if key == X_WALL:
@@ -136,12 +197,18 @@ class RunEntry:
                     per = np.nan_to_num(self.column(wall), nan=0.0) if wall else None
                     self._columns[key] = np.cumsum(per) if per is not None else self.column("")
                 elif key in ("", "row"):
-                    self._columns[key] = np.arange(len(self.run.rows), dtype=float)
+                    self._columns[key] = np.arange(len(run.rows), dtype=float)
                 else:
-                    self._columns[key] = np.fromiter(
-                        (_num(row.get(key)) for row in self.run.rows), dtype=float
-                    )
+                    values, _ = self._table()["columns"].get(key, (None, None))
+                    self._columns[key] = values if values is not None else np.full(len(run.rows), np.nan)
             return self._columns[key]
+
+    def logged_nonfinite(self, key: str) -> Any:
+        """Row positions where ``key`` was logged as NaN/Infinity (a missing key is not a NaN)."""
+        import numpy as np
+
+        _, bad = self._table()["columns"].get(key, (None, None))
+        return np.flatnonzero(bad) if bad is not None else np.empty(0, dtype=np.int64)
 
     def series(self, key: str, x: str, points: int, x0: float | None, x1: float | None) -> dict[str, Any]:
         """One metric against ``x``, downsampled to about ``points`` inside ``[x0, x1]``.
@@ -152,7 +219,8 @@ class RunEntry:
         """
         import numpy as np
 
-        step_key = self.run.step_key or "row"
+        run = self.require()
+        step_key = run.step_key or "row"
         xs = self.column(step_key if x not in self.x_options() else x)
         ys = self.column(key)
         finite = np.isfinite(ys) & np.isfinite(xs)
@@ -165,21 +233,18 @@ class RunEntry:
         sx, sy = xs[inside][order], ys[inside][order]
         dx, dy = downsample(sx, sy, points)
         bad: list[list[Any]] = []
-        if x == step_key and self.run.step_key:
-            with self.lock:
-                if "\0nonfinite" not in self._columns:  # cached until new rows arrive
-                    self._columns["\0nonfinite"] = nonfinite_cells(self.run.rows, step_key=self.run.step_key)
-                logged = self._columns["\0nonfinite"].get(key, [])
-            mask = np.isin(xs, np.asarray(logged, dtype=float)) & ~np.isfinite(ys)
-            for sx_, sy_ in zip(xs[mask].tolist(), ys[mask].tolist(), strict=True):
-                bad.append([sx_, "NaN" if sy_ != sy_ else ("Infinity" if sy_ > 0 else "-Infinity")])
+        if x == step_key and run.step_key:
+            at = self.logged_nonfinite(key)
+            for sx_, sy_ in zip(xs[at].tolist(), ys[at].tolist(), strict=True):
+                if math.isfinite(sx_):
+                    bad.append([sx_, "NaN" if sy_ != sy_ else ("Infinity" if sy_ > 0 else "-Infinity")])
         sup_x: list[float] = []
         sup_y: list[float] = []
         resumes: list[float] = []
-        if x == step_key and self.run.step_key:
+        if x == step_key and run.step_key:
             by_source: dict[str, list[float]] = {}
-            for row in self.run.superseded_rows:
-                s, v = _num(row.get(self.run.step_key)), _num(row.get(key))
+            for row in run.superseded_rows:
+                s, v = _num(row.get(run.step_key)), _num(row.get(key))
                 if math.isfinite(s):
                     by_source.setdefault(row["_source"], []).append(s)
                     if math.isfinite(v):
@@ -187,7 +252,7 @@ class RunEntry:
                         sup_y.append(v)
             resumes = sorted(
                 {min(v) for v in by_source.values() if v}
-                | {float(s) for _, s in self.run.restarts if isinstance(s, (int, float))}
+                | {float(s) for _, s in run.restarts if isinstance(s, (int, float))}
             )
         return {
             "key": key,
@@ -201,60 +266,224 @@ class RunEntry:
             "resumes": resumes,
         }
 
-    def findings(self) -> list[dict[str, Any]]:
-        """The stability doctor's findings (:func:`rllog.doctor.diagnose`), recomputed when rows arrive."""
-        if self._findings is None or self._findings[0] != self.version:
-            from rllog.doctor import diagnose
+    # -- the doctor ----------------------------------------------------------------------
+    def findings(self) -> list[dict[str, Any]] | None:
+        """The doctor's findings as last computed (None before the first computation); never computes."""
+        found = self._findings
+        return None if found is None else found[1]
 
+    def doctor_due(self) -> bool:
+        """True when the findings are missing or older than the rows, and the doctor has rested
+        long enough: a growing run is checked again at most every ``max(10 s, 5 x`` the last
+        check's time``)``, so a live 100k-row run is not re-diagnosed on every poll."""
+        if self.run is None or self.error is not None:
+            return False
+        if self._findings is None:
+            return True
+        if self._findings[0] == self._doctor_key():
+            return False
+        return time.monotonic() - self._doctor_at >= max(DOCTOR_EVERY, 5 * self._doctor_took)
+
+    def _doctor_key(self) -> Any:
+        run = self.run
+        assert run is not None
+        if run.metrics_name == METRICS_FILE:
             try:
-                found = [f.to_dict() for f in diagnose(self.run)]
-            except Exception as exc:  # a doctor failure must not take the dashboard down
-                found = [{"check": "doctor_failed", "severity": "info", "metric": "", "steps": [],
-                          "value": "NaN", "threshold": "", "message": f"the doctor failed: {exc}", "advice": ""}]  # fmt: skip
-            self._findings = (self.version, found)
-        return self._findings[1]
+                if run.storage.exists(DOCTOR_FILE):
+                    return ("file", run.storage.size(DOCTOR_FILE))
+            except OSError:
+                pass
+        return ("rows", self.version)
 
+    def compute_findings(self) -> list[dict[str, Any]]:
+        """Compute the findings now: the live doctor's ``doctor.jsonl`` when the run has one (its
+        findings, as the writer saw them), else the stability doctor's rules
+        (:class:`rllog._format.rules.RuleEngine`, the engine :func:`rllog.doctor.diagnose`
+        uses) fed column by column from the cached columns: metrics no rule watches are
+        fed only their logged NaN/Inf cells, so no pandas table of every row is built."""
+        run = self.require()
+        key = self._doctor_key()
+        started = time.monotonic()
+        try:
+            if key[0] == "file":
+                from rllog._format.jsonl import parse_lines
+
+                rows, _ = parse_lines(run.storage.read(DOCTOR_FILE), DOCTOR_FILE)
+                found = [row for _, row in rows if isinstance(row.get("check"), str)]
+            else:
+                found = self._diagnose_columns()
+        except Exception as exc:  # a doctor failure must not take the dashboard down
+            found = [{"check": "doctor_failed", "severity": "info", "metric": "", "steps": [],
+                      "value": "NaN", "threshold": "", "message": f"the doctor failed: {exc}", "advice": ""}]  # fmt: skip
+        with self.lock:
+            self._findings = (key, found)
+            self._doctor_at = time.monotonic()
+            self._doctor_took = self._doctor_at - started
+            self._summary = None
+        return found
+
+    def _diagnose_columns(self) -> list[dict[str, Any]]:
+        import numpy as np
+
+        from rllog._format.rules import RuleEngine, watched
+
+        run = self.require()
+        engine = RuleEngine()
+        if run.step_key:
+            steps = self.column(run.step_key)
+            pos = np.arange(len(steps), dtype=float)
+            steps = np.where(np.isfinite(steps), steps, pos).astype(np.int64)
+        else:
+            steps = np.arange(len(run.rows), dtype=np.int64)
+        for k in self.metric_names():
+            ys = self.column(k)
+            bad = self.logged_nonfinite(k)
+            if watched(k):
+                at = np.union1d(np.flatnonzero(np.isfinite(ys)), bad)
+            else:
+                at = bad
+            feed = engine.feed_value
+            for s, v in zip(steps[at].tolist(), ys[at].tolist(), strict=True):
+                feed(k, s, v)
+        engine.finish()
+        return [f.to_dict() for f in engine.findings()]
+
+    # -- the runs table ------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
-        st = run_status(self.run.storage) if self.run.metrics_name == METRICS_FILE else {
+        run = self.run
+        if run is None:
+            return {"state": "loading" if self.error is None else "unreadable", "resumes": 0, "live": None,
+                    "started_at": None, "first_started_at": None, "ended_at": None, "host": None, "pid": None}  # fmt: skip
+        st = run_status(run.storage) if run.metrics_name == METRICS_FILE else {
             "state": "unknown", "resumes": 0, "live": None, "started_at": None,
             "first_started_at": None, "ended_at": None, "host": None, "pid": None}  # fmt: skip
         if st["state"] == "running" and self.bucket and time.time() - self.grew > STALL_SECONDS:
             st["state"] = "stalled"
         if st["resumes"] == 0:
-            st["resumes"] = len(self.run.restarts)
+            st["resumes"] = len(run.restarts)
         return st
 
     def summary(self) -> dict[str, Any]:
-        """The runs table row: status, times, steps, last/best of the key metrics, doctor counts, config."""
-        rows = self.run.rows
-        step_key = self.run.step_key
-        steps = [r[step_key] for r in rows if step_key and type(r.get(step_key)) in (int, float)]
-        keys = key_metrics(rows, columns(rows), step_key, limit=6)
+        """The runs table row: status, times, steps, last/best of the key metrics, doctor counts, config.
+
+        Everything but the status is cached until new rows arrive or the doctor reports;
+        a run not read yet gives a row with ``"loading": true`` and no values.
+        """
+        if not self.lock.acquire(timeout=0.05):  # being read or diagnosed: answer with what is known
+            cached = self._summary
+            body = cached[1] if cached is not None else self._loading_row()
+        else:
+            try:
+                if self.run is None:
+                    body = self._loading_row()
+                else:
+                    stamp = (self.version, self._findings[0] if self._findings else None)
+                    if self._summary is None or self._summary[0] != stamp:
+                        self._summary = (stamp, self._summarize())
+                    body = self._summary[1]
+            finally:
+                self.lock.release()
+        return {"id": self.id, "name": self.name, "url": self.location, "status": self.status(), **body}
+
+    def _loading_row(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"rows": None, "version": self.version, "first_step": None, "last_step": None,
+                "duration": None, "metrics": {}, "config": {}, "iterations": None, "loading": True,
+                "doctor": {"error": 0, "warning": 0, "info": 0, "pending": self.error is None}}  # fmt: skip
+        if self.error:
+            body["error"] = self.error
+        return body
+
+    def _summarize(self) -> dict[str, Any]:
+        import numpy as np
+
+        run = self.require()
+        rows = run.rows
+        step_key = run.step_key
+        steps = self.column(step_key) if step_key else np.empty(0)
+        steps = steps[np.isfinite(steps)]
+        keys = key_metrics(rows, list(self._table()["columns"]), step_key, limit=6)
         metrics = {}
         for k in keys:
             col = self.column(k)
-            fin = col[~(col != col)]
-            fin = fin[abs(fin) != math.inf]
+            fin = col[np.isfinite(col)]
             if len(fin):
                 metrics[k] = {"last": float(fin[-1]), "min": float(fin.min()), "max": float(fin.max())}
-        counts = {"error": 0, "warning": 0, "info": 0}
-        for f in self.findings():
+        found = self.findings()
+        counts: dict[str, Any] = {"error": 0, "warning": 0, "info": 0, "pending": found is None}
+        for f in found or []:
             counts[f["severity"]] = counts.get(f["severity"], 0) + 1
         return {
-            "id": self.id,
-            "name": self.name,
-            "url": self.location,
-            "status": self.status(),
             "rows": len(rows),
             "version": self.version,
-            "first_step": min(steps) if steps else None,
-            "last_step": max(steps) if steps else None,
+            "first_step": _int_or_float(steps.min()) if len(steps) else None,
+            "last_step": _int_or_float(steps.max()) if len(steps) else None,
             "duration": float(self.column(X_WALL)[-1]) if X_WALL in self.x_options() and rows else None,
             "metrics": metrics,
             "doctor": counts,
-            "config": _flat(self.run.config or {}),
-            "iterations": len(self.run.iterations),
+            "config": _flat(run.config or {}),
+            "iterations": len(run.iterations),
+            "loading": False,
         }
+
+
+def _int_or_float(v: Any) -> int | float:
+    f = float(v)
+    return int(f) if f.is_integer() else f
+
+
+_NUMBERS = frozenset((int, float))
+
+
+def row_columns(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Metric rows as columns, in one pass over the rows (a row dict is visited once, not once per key).
+
+    Returns ``{"columns": {key: (values, nonfinite)}, "numeric": {key, ...}}``: ``values``
+    float64 with NaN where the key is missing or its value is not a number (a string, null,
+    a bool, a list); ``nonfinite`` a bool array, True where the row logged NaN/±Infinity;
+    keys in first-logged order; ``numeric``: keys with a number in some row. Rows with the
+    same keys in the same order (nearly all rows of a metrics file) are converted together
+    by numpy, so 100k rows x 100 keys take about a second, not a minute.
+    """
+    import numpy as np
+
+    n = len(rows)
+    values: dict[str, Any] = {}
+    bad: dict[str, Any] = {}
+    numeric: set[str] = set()
+    i = 0
+    while i < n:
+        keys = tuple(rows[i])
+        block: list[list[Any]] = []
+        odd: list[tuple[int, int]] = []  # (row in block, key index) of cells that are not numbers
+        j = i
+        while j < n:
+            row = rows[j]
+            if len(row) != len(keys) or tuple(row) != keys:
+                break
+            vals = list(row.values())
+            if not _NUMBERS.issuperset(map(type, vals)):
+                for c, v in enumerate(vals):
+                    if type(v) not in _NUMBERS:
+                        vals[c] = math.nan
+                        odd.append((j - i, c))
+            block.append(vals)
+            j += 1
+        mat = np.array(block, dtype=float).reshape(j - i, len(keys))
+        nonfinite = ~np.isfinite(mat)
+        numbers = ~nonfinite
+        for r, c in odd:
+            nonfinite[r, c] = False
+        has = numbers.any(axis=0) | nonfinite.any(axis=0)
+        for c, k in enumerate(keys):
+            if k not in values:
+                values[k] = np.full(n, np.nan)
+                bad[k] = np.zeros(n, dtype=bool)
+            values[k][i:j] = mat[:, c]
+            bad[k][i:j] = nonfinite[:, c]
+            if has[c]:
+                numeric.add(k)
+        i = j
+    return {"columns": {k: (values[k], bad[k]) for k in values}, "numeric": numeric}
 
 
 def _num(v: Any) -> float:
@@ -277,6 +506,11 @@ def _flat(config: Any, prefix: str = "") -> dict[str, str]:
 class Catalog:
     """The runs under ``roots``, found again every :data:`DISCOVER_EVERY` seconds.
 
+    Finding a run does not read it: :meth:`runs` reads runs not read yet for at most
+    :data:`INLINE_LOAD_SECONDS`, and a worker thread (started by the first :meth:`runs`,
+    stopped by :meth:`close`) reads the others and runs the doctor, so the runs table of
+    200 runs or of one 200 MB run answers at once and fills in as runs are read.
+
     Raises (at construction):
         FileNotFoundError: a local root does not exist.
     """
@@ -294,6 +528,8 @@ class Catalog:
         self._runs: dict[str, RunEntry] = {}
         self._found_at = 0.0
         self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._worker: threading.Thread | None = None
         self.problems: list[str] = []
 
     def runs(self) -> list[RunEntry]:
@@ -302,15 +538,62 @@ class Catalog:
             if time.monotonic() - self._found_at >= DISCOVER_EVERY:
                 self._discover()
                 self._found_at = time.monotonic()
-            return list(self._runs.values())
+            if self._worker is None and not self._stop.is_set():
+                self._worker = threading.Thread(target=self._work, name="rllog-serve-worker", daemon=True)
+                self._worker.start()
+            entries = list(self._runs.values())
+        deadline = time.monotonic() + INLINE_LOAD_SECONDS
+        for e in entries:
+            if time.monotonic() >= deadline:
+                break
+            if not e.loaded and e.error is None and e.small() and e.lock.acquire(blocking=False):
+                try:  # the worker may be reading this one: never wait for it here
+                    self._load(e)
+                finally:
+                    e.lock.release()
+        return entries
 
     def get(self, run_id: str) -> RunEntry | None:
         if run_id not in self._runs:
             self.runs()
         entry = self._runs.get(run_id)
         if entry is not None:
+            self._load(entry)
             entry.refresh()
         return entry
+
+    def close(self) -> None:
+        """Stop the worker thread (idempotent; waits at most 5 s for it)."""
+        self._stop.set()
+        if self._worker is not None:
+            self._worker.join(timeout=5)
+
+    def _load(self, entry: RunEntry) -> None:
+        if not entry.load() and entry.error and entry.error not in self.problems:
+            self.problems.append(entry.error)
+
+    def _work(self) -> None:
+        """Read the runs not read yet (in the order found), then keep their findings current."""
+        while not self._stop.is_set():
+            busy = False
+            for e in list(self._runs.values()):
+                if self._stop.is_set():
+                    return
+                if not e.loaded and e.error is None:
+                    self._load(e)
+                    if e.loaded:
+                        e.summary()  # warm: the next /api/runs finds it computed
+                    busy = True
+                    break  # a run read: look again, a request may be waiting for another
+            else:
+                for e in list(self._runs.values()):
+                    if self._stop.is_set():
+                        return
+                    if e.doctor_due():
+                        e.compute_findings()
+                        busy = True
+            if not busy:
+                self._stop.wait(0.25)
 
     def _discover(self) -> None:
         for root in self.roots:
@@ -323,18 +606,9 @@ class Catalog:
                 continue
             for location, name in found:
                 rid = _run_id(location)
-                if rid in self._runs:
-                    continue
-                try:
-                    run = read_run(location, **(self._options if "://" in location else {}))
-                except (OSError, ValueError) as exc:
-                    msg = f"{location}: not read ({type(exc).__name__}: {exc})"
-                    if msg not in self.problems:
-                        self.problems.append(msg)
-                    continue
-                entry = RunEntry(rid, location, name, run, bucket="://" in location)
-                entry.refresh()
-                self._runs[rid] = entry
+                if rid not in self._runs:
+                    bucket = "://" in location
+                    self._runs[rid] = RunEntry(rid, location, name, bucket, self._options if bucket else {})
 
     def _local_runs(self, root: str) -> list[tuple[str, str]]:
         if os.path.isfile(root):

@@ -136,6 +136,9 @@ class Dispatcher:
         #: at close: every finding with its full step ranges (None without the doctor)
         self.final_findings: list[dict[str, Any]] | None = None
         self._replay = replay
+        self._metrics_file = replay[0] if replay is not None else None
+        self._last_step: Any = None  # the highest step fed to the doctor
+        self._went_back = False  # a step came again: the run may hold a restart (see _standing_findings)
         self._poll = poll_interval
         self._wake = threading.Event()
         self._stopped = False
@@ -247,6 +250,8 @@ class Dispatcher:
         if self._doctor is not None:
             self._findings(self._doctor.finish())
             self.final_findings = [f.to_dict() for f in self._doctor.findings()]
+            if self._went_back and self._metrics_file is not None:
+                self._standing_findings(self._metrics_file)
         self._save_state()
         for sink in self.sinks:
             self._call(sink, "close")
@@ -284,6 +289,40 @@ class Dispatcher:
                 f"could not write {TRACKERS_FILE} ({exc}); a resume may start tracker steps over",
             )
 
+    def _standing_findings(self, name: str) -> None:
+        """A step came again during the run: if that was a restart (rllog/_format/rows.py),
+        the rows it replaced no longer stand, and ``rllog doctor`` does not see them. The
+        final findings are then the rules run again on the standing rows of the run's
+        metrics file (read once, at close), so doctor.jsonl says what ``rllog doctor`` says;
+        what fired live on the replaced rows was announced when it fired."""
+        from rllog._format.jsonl import iter_lines
+        from rllog._format.rows import StepResolver
+
+        try:
+            data = self.run.storage.read(name)
+        except OSError as exc:
+            self._warn(
+                "doctor:restart",
+                f"could not re-read {name} after a restart ({exc}); doctor.jsonl keeps every live finding",
+            )
+            return
+        resolver = StepResolver("step")
+        for line, raw in iter_lines(data):
+            try:
+                row = decode_json(raw)
+            except ValueError:
+                continue
+            if isinstance(row, dict):
+                resolver.add(line, row)
+        if not resolver.restarts:
+            return
+        engine = type(self._doctor)(self._doctor.t)
+        for row in resolver.kept:
+            row = dict(row)
+            engine.feed_row(row.pop("step"), row)
+        engine.finish()
+        self.final_findings = [f.to_dict() for f in engine.findings()]
+
     def _replay_rows(self, name: str, size: int) -> None:
         from rllog._format.jsonl import iter_lines
 
@@ -302,6 +341,10 @@ class Dispatcher:
             except (ValueError, KeyError, AttributeError):
                 continue
             self._doctor.feed_row(step, row)
+            if self._last_step is None or step > self._last_step:
+                self._last_step = step
+            else:
+                self._went_back = True
 
     def _handle(self, kind: int | str, payload: Any) -> None:
         if kind == CALL:
@@ -314,6 +357,10 @@ class Dispatcher:
                 if self._call(sink, "log_metrics", step, row):
                     self._stats[sink.name].rows += 1
             if self._doctor is not None:
+                if self._last_step is not None and step <= self._last_step:
+                    self._went_back = True
+                else:
+                    self._last_step = step
                 self._findings([f.to_dict() for f in self._doctor.feed_row(step, row)])
             return
         if kind == "log_report":
@@ -322,7 +369,11 @@ class Dispatcher:
                     **payload,
                     "content": self.run.storage.read(payload["html"]).decode("utf-8", "replace"),
                 }
-            except OSError:
+            except OSError as exc:
+                self._warn(
+                    "sinks:report",
+                    f"could not read {payload['html']} for the trackers ({exc}); they get its link without its HTML",
+                )
                 payload = {**payload, "content": ""}
         elif kind == "log_rollouts":
             from rllog._format.jsonl import iter_lines

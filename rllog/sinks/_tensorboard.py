@@ -30,7 +30,7 @@ from typing import Any
 
 from rllog._format.codec import encode_json
 from rllog._format.layout import TENSORBOARD_DIR
-from rllog.sinks._common import numeric, require
+from rllog.sinks._common import ROLLOUT_COLUMNS, numeric, require, rollout_rows
 from rllog.storage import Storage, open_storage
 
 __all__ = ["TensorBoard"]
@@ -144,7 +144,21 @@ class TensorBoard:
         )
 
     def log_rollouts(self, rollouts: dict[str, Any]) -> None:
-        pass  # the report link carries them; TensorBoard has no table of trajectories
+        """A markdown table of the iteration's trajectories (:data:`ROLLOUT_COLUMNS`, the
+        first :data:`ROLLOUT_TEXT_ROWS`; then a line naming the file with the rest), as the
+        text summary ``rollouts/<split>`` at step = the iteration."""
+        self._write()
+        rows = rollout_rows(rollouts["records"])
+        lines = [
+            f"{rollouts['file']}: {len(rows)} trajectories",
+            "",
+            "| " + " | ".join(ROLLOUT_COLUMNS) + " |",
+            "|" + "---|" * len(ROLLOUT_COLUMNS),
+        ]
+        lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows[:ROLLOUT_TEXT_ROWS]]
+        if len(rows) > ROLLOUT_TEXT_ROWS:
+            lines.append(f"\n{len(rows) - ROLLOUT_TEXT_ROWS} more in {rollouts['file']}")
+        self._text(int(rollouts["iteration"]), f"rollouts/{rollouts['split']}", "\n".join(lines))
 
     def log_finding(self, finding: dict[str, Any]) -> None:
         self._write()
@@ -166,6 +180,14 @@ class TensorBoard:
 
 
 _MASK = struct.Struct("<I")
+
+#: trajectories shown in a rollouts text summary (the file has them all)
+ROLLOUT_TEXT_ROWS = 64
+
+
+def _cell(value: Any) -> str:
+    """A markdown table cell: ``|`` escaped, newlines as spaces, None empty."""
+    return "" if value is None else str(value).replace("|", "\\|").replace("\n", " ")
 
 
 def _mask(crc: int) -> int:

@@ -26,19 +26,27 @@ the resume holds ``rllog/segment`` (1, 2, ...): a re-run step stands as a second
 labelled point (as in the wandb sink). Each row has a ``log_id``
 (``<run id>-<segment>-<n>``, unique per process even after a kill -9, since the segment
 is saved when the sink opens), so a retried write never doubles a row and a resumed
-run's rows never collide with the killed process's. Findings are trackio alerts; reports and rollouts have no place in
-trackio's store and are not sent.
+run's rows never collide with the killed process's. Findings are trackio alerts.
+
+Besides metric rows, at their own rows in the same run (step = the iteration or the
+checkpoint's batch): each iteration report as ``reports/<split>``, a ``trackio.Html``
+whose file (the report as written) is saved under trackio's media folder; the
+trajectories as ``rollouts/<split>``, a ``trackio.Table`` of :data:`ROLLOUT_COLUMNS`;
+each checkpoint record as ``checkpoint``, a ``trackio.Markdown`` of its JSON. trackio
+has no run summary and no artifact of a run folder, so nothing else of the run goes there.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from rllog.sinks._common import require
+from rllog._format.codec import encode_json
+from rllog.sinks._common import ROLLOUT_COLUMNS, require, rollout_rows
 
 __all__ = ["Trackio"]
 
@@ -149,13 +157,34 @@ class Trackio:
         self._config = {**base, **config}
 
     def log_checkpoint(self, record: dict[str, Any]) -> None:
+        from trackio import Markdown
+
         self._write()
+        text = f"```json\n{encode_json(record, indent=2).decode()}\n```"
+        self._rows.append((int(record.get("batch") or 0), {"checkpoint": Markdown(text)._to_dict()}))
 
     def log_report(self, report: dict[str, Any]) -> None:
-        pass
+        from trackio import Html
+
+        self._write()
+        if not report["content"]:
+            return  # not readable (the dispatcher warned)
+        step = int(report["iteration"])
+        html = Html(
+            io.StringIO(report["content"]), inject=False, caption=report["html"]
+        )  # never read as a path
+        html._save(self.project, self._run, step)  # trackio's media folder, as trackio.log does
+        self._rows.append((step, {f"reports/{report['split']}": html._to_dict()}))
 
     def log_rollouts(self, rollouts: dict[str, Any]) -> None:
-        pass
+        from trackio import Table
+
+        self._write()
+        step = int(rollouts["iteration"])
+        table = Table(columns=list(ROLLOUT_COLUMNS), data=rollout_rows(rollouts["records"]))
+        self._rows.append(
+            (step, {f"rollouts/{rollouts['split']}": table._to_dict(self.project, self._run, step)})
+        )
 
     def log_finding(self, finding: dict[str, Any]) -> None:
         self._write()

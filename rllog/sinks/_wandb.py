@@ -22,12 +22,17 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from rllog.sinks._common import require
+from rllog.sinks._common import ROLLOUT_COLUMNS, require, rollout_rows
 
 __all__ = ["Wandb"]
 
 #: ``_step`` values reserved per write of trackers.json (see the module docstring)
 STEP_BLOCK = 1000
+
+#: seconds between wandb's writes of the run's ``.wandb`` file (wandb's
+#: ``x_transaction_log_flush_interval``; its default, 15 s in wandb 0.31, is what a kill -9
+#: loses from an offline run's file: wandb-core dies with buffered records unwritten)
+FLUSH_INTERVAL = 1.0
 
 
 @dataclass
@@ -83,7 +88,10 @@ class Wandb:
         state = run.state
         run_id = state.get("id") if run.resume and state.get("id") else self.id
         self._segment = int(state.get("segments", 0)) + 1 if run.resume and state.get("id") else 0
-        settings = wandb.Settings(**{"console": "off", **self.settings})
+        defaults: dict[str, Any] = {"console": "off"}
+        if "x_transaction_log_flush_interval" in getattr(wandb.Settings, "model_fields", {}):
+            defaults["x_transaction_log_flush_interval"] = FLUSH_INTERVAL
+        settings = wandb.Settings(**{**defaults, **self.settings})
         self.run = wandb.init(
             project=self.project or state.get("project"),
             entity=self.entity or state.get("entity"),
@@ -141,31 +149,35 @@ class Wandb:
         data = {"step": step, **row}
         if self._segment:
             data["rllog/segment"] = self._segment
-        self.run.log(data, step=self._next_step())
+        self._log(data)
+
+    def _log(self, data: dict[str, Any]) -> None:
+        # commit=True: each call is a whole row; without it wandb holds the last row in this
+        # process until a later step arrives, and a kill -9 loses it
+        self.run.log(data, step=self._next_step(), commit=True)
 
     def log_config(self, config: dict[str, Any]) -> None:
         self.run.config.update(config, allow_val_change=True)
 
     def log_checkpoint(self, record: dict[str, Any]) -> None:
+        """A history row ``{"step": batch, "checkpoint": record}`` (every record, in order)
+        and the summary's ``rllog/last_checkpoint``."""
+        self._log({"step": record.get("batch"), "checkpoint": record})
         self.run.summary["rllog/last_checkpoint"] = record
 
     def log_report(self, report: dict[str, Any]) -> None:
-        self.run.log(
-            {f"reports/{report['split']}": self._wandb.Html(report["content"]), "step": report["iteration"]},
-            step=self._next_step(),
-        )
+        """The iteration's HTML report as a ``wandb.Html`` panel (the file as written, no
+        stylesheet injected) under ``reports/<split>``, at ``step`` = the iteration."""
+        if not report["content"]:
+            return  # not readable (the dispatcher warned); an empty panel would hide that
+        html = self._wandb.Html(report["content"], inject=False)
+        self._log({f"reports/{report['split']}": html, "step": report["iteration"]})
 
     def log_rollouts(self, rollouts: dict[str, Any]) -> None:
-        columns = ["group_idx", "traj_idx", "total_reward", "final_reward", "final_ob_len", "steps", "tags"]
-        table = self._wandb.Table(columns=columns)
-        for r in rollouts["records"]:
-            table.add_data(
-                *(r.get(c) if c != "steps" else len(r.get("steps") or []) for c in columns[:-1]),
-                ",".join(r.get("tags") or []),
-            )
-        self.run.log(
-            {f"rollouts/{rollouts['split']}": table, "step": rollouts["iteration"]}, step=self._next_step()
-        )
+        """A ``wandb.Table`` of the iteration's trajectories (:data:`ROLLOUT_COLUMNS`) under
+        ``rollouts/<split>``, at ``step`` = the iteration."""
+        table = self._wandb.Table(columns=list(ROLLOUT_COLUMNS), data=rollout_rows(rollouts["records"]))
+        self._log({f"rollouts/{rollouts['split']}": table, "step": rollouts["iteration"]})
 
     def log_finding(self, finding: dict[str, Any]) -> None:
         level = {"error": "ERROR", "warning": "WARN"}.get(finding["severity"], "INFO")

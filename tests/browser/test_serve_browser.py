@@ -254,6 +254,21 @@ def test_search_finds_planted_completion_and_opens_it(site):
     w.clean()
 
 
+def _fits(w: Watch, width: int, page: str) -> None:
+    """The page is no wider than the screen (a wide table may scroll inside its own box)."""
+    wide = w.page.evaluate("() => document.documentElement.scrollWidth")
+    if wide > width:
+        print(
+            w.page.evaluate(
+                """() => [...document.querySelectorAll('*')].filter((e) => e.getBoundingClientRect().right > innerWidth + 1).slice(0, 8).map((e) => e.tagName + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().right))"""
+            ),
+            w.page.evaluate(
+                "() => ['main', '.cols', '.side', '.grow'].map((q) => { const e = document.querySelector(q); const c = getComputedStyle(e); return q + ' ' + e.getBoundingClientRect().width + ' ' + c.display + ' ' + c.flexDirection + ' ' + c.alignItems; })"
+            ),
+        )
+    assert wide <= width, f"{page} page is {wide} px wide on a {width} px screen"
+
+
 def test_xss_payloads_never_run_and_screenshots(site):
     shots = site["shots"]
     for width in (1400, 400):
@@ -264,6 +279,7 @@ def test_xss_payloads_never_run_and_screenshots(site):
         rid = w.run_id(f"{site['root'].name}/xss")
         assert XSS in w.page.locator("#runs").inner_text()  # shown as text
         w.page.screenshot(path=str(shots / f"runs-{width}.png"), full_page=True)
+        _fits(w, width, "runs")
         w.page.evaluate("(id) => { state.selected = new Set([id]); saveSel(); }", rid)
         w.go("/charts")
         w.page.locator(".chart .main-svg").first.wait_for()
@@ -273,10 +289,12 @@ def test_xss_payloads_never_run_and_screenshots(site):
         w.page.wait_for_selector("#config")
         assert XSS2 in w.page.locator("#config").inner_text()
         w.page.screenshot(path=str(shots / f"detail-{width}.png"), full_page=True)
+        _fits(w, width, "detail")
         w.go(f"/rollouts/{rid}/0/train")
         w.page.wait_for_selector(".group")
         assert XSS in w.page.locator(".group").first.inner_text()
         w.page.screenshot(path=str(shots / f"rollouts-{width}.png"), full_page=True)
+        _fits(w, width, "rollouts")
         ev = w.page.evaluate(
             "() => [...document.querySelectorAll('#iterations a')].map((a) => a.getAttribute('href'))"
         )
@@ -288,6 +306,7 @@ def test_xss_payloads_never_run_and_screenshots(site):
         w.go("/search/" + "onerror")
         w.page.wait_for_selector("#search-results .hit-row")
         w.page.screenshot(path=str(shots / f"search-{width}.png"), full_page=True)
+        _fits(w, width, "search")
         w.clean()
         w.page.close()
     assert all(

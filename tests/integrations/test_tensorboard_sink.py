@@ -60,6 +60,63 @@ def test_every_scalar_reads_back_and_a_resume_has_no_step_twice(tmp_path):
     _same(got, rows)
 
 
+def _texts(acc, tag):
+    return [(e.step, e.tensor_proto.string_val[0].decode()) for e in acc.Tensors(tag)]
+
+
+def test_config_checkpoints_reports_rollouts_and_findings_read_back_as_text_and_hparams(tmp_path):
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    from rllog import logtree
+
+    run = tmp_path / "run"
+    group = [
+        {"steps": [{"ob_len": 7, "ac_len": 3, "reward": 1.0, "episode_done": True}], "final_reward": 0.0}
+    ] * 2
+    cfg = {"lr": 0.01, "optim": {"beta": 0.9, "name": "adam|w"}, "use_kl": True}
+    with RunLogger(run, report_to="tensorboard", doctor=True, config=cfg, code_diff=False, index=False) as lg:
+        for i in range(3):
+            with lg.iteration(i):
+                logtree.text(f"iteration {i}")
+            lg.log_rollouts(i, [group], tags=["math"])
+            lg.log_metrics(i, {"loss": math.nan if i == 2 else 1.0})
+            lg.log_checkpoint(f"{i + 1:06d}", batch=i + 1, state_path=f"/ckpt/{i + 1}")
+    acc = EventAccumulator(str(run / "tensorboard"))
+    acc.Reload()
+    # config: the JSON of config.json as text, and its flattened scalars as hparams
+    ((step, text),) = _texts(acc, "config")
+    assert step == 0 and json.loads(text.strip("`\n")) == json.loads((run / "config.json").read_text())
+    meta = acc.SummaryMetadata("_hparams_/session_start_info")
+    data = plugin_data_pb2.HParamsPluginData.FromString(meta.plugin_data.content)
+    hp = {
+        k: v.WhichOneof("kind") and getattr(v, v.WhichOneof("kind"))
+        for k, v in data.session_start_info.hparams.items()
+    }
+    assert hp == {"lr": 0.01, "optim.beta": 0.9, "optim.name": "adam|w", "use_kl": True}
+    # every checkpoint record at its batch
+    ckpts = _texts(acc, "checkpoints")
+    assert [(s, json.loads(t.strip("`"))) for s, t in ckpts] == [
+        (r["batch"], r) for r in map(json.loads, (run / "checkpoints.jsonl").read_text().splitlines())
+    ]
+    # a link to every iteration's report, at the iteration
+    assert _texts(acc, "reports/train") == [
+        (i, f"[train_iteration_{i:06d}.html]({run}/train_iteration_{i:06d}.html)") for i in range(3)
+    ]
+    # the trajectories as a markdown table
+    tables = _texts(acc, "rollouts/train")
+    assert [s for s, _ in tables] == [0, 1, 2]
+    lines = tables[1][1].splitlines()
+    assert lines[0] == "train_iteration_000001_rollout_summaries.jsonl: 2 trajectories"
+    assert lines[2].startswith("| iteration | group_idx | traj_idx | tags |")
+    assert lines[4:] == [
+        "| 1 | 0 | 0 | math |  | 1.0 | 0.0 | 1 | 7 | 3 |  | {} |",
+        "| 1 | 0 | 1 | math |  | 1.0 | 0.0 | 1 | 7 | 3 |  | {} |",
+    ]
+    # the doctor's finding, at the step it fired
+    (finding,) = map(json.loads, (run / "doctor.jsonl").read_text().splitlines())
+    assert _texts(acc, "doctor/nonfinite") == [(2, f"**error**: {finding['message']}. {finding['advice']}")]
+
+
 def test_event_files_go_to_the_bucket(tmp_path, gcs_server):
     url = f"gs://{gcs_server.new_bucket()}/runs/tb"
     opts = gcs_server.storage_options()

@@ -31,13 +31,18 @@ CHILD = textwrap.dedent(
 
     sys.addaudithook(hook)
 
-    from rllog import RunLogger
+    from rllog import RunLogger, logtree
     from rllog.sinks import Trackio
 
     run = sys.argv[1]
     with RunLogger(run, report_to=Trackio(project="proj"), config={"lr": 0.01, "model": "tiny"},
                    doctor=True, code_diff=False, index=False) as lg:
         for i in range(10):
+            if i < 2:
+                with lg.iteration(i):
+                    logtree.text(f"iteration <b>{i}</b>")
+                traj = {"steps": [{"ob_len": 5, "ac_len": 2, "reward": 1.0, "episode_done": True}], "final_reward": 0.0}
+                lg.log_rollouts(i, [[traj, traj]], tags=["math"])
             lg.log_metrics(i, {"loss": math.nan if i >= 8 else 1.0 / (i + 1), "tag": "a", "big": math.inf})
             if i == 5:
                 lg.log_checkpoint("000006", batch=6)
@@ -50,10 +55,12 @@ CHILD = textwrap.dedent(
     socket.create_connection(srv.getsockname()).close(); srv.close()
 
     from trackio.sqlite_storage import SQLiteStorage
+    from trackio.utils import MEDIA_DIR
 
     state = json.load(open(run + "/trackers.json"))["trackio"]
     print(json.dumps({
         "seen": seen,
+        "media": str(MEDIA_DIR),
         "state": state,
         "logs": SQLiteStorage.get_logs("proj", run_id=state["id"]),
         "config": SQLiteStorage.get_run_config("proj", run_id=state["id"]),
@@ -75,6 +82,34 @@ def test_rows_config_and_findings_reach_trackio_and_nothing_leaves_the_machine(t
     assert got["seen"] and all("127.0.0.1" in addr for _, addr in got["seen"]), got["seen"]
     assert os.listdir(tmp_path / "trackio")  # the project's SQLite file is in TRACKIO_DIR
 
+    extra = [r for r in got["logs"] if any(k.startswith(("reports/", "rollouts/", "checkpoint")) for k in r)]
+    got["logs"] = [r for r in got["logs"] if r not in extra]
+    # each iteration's report as a trackio Html (its file in trackio's media folder, byte for byte)
+    reports = [r for r in extra if "reports/train" in r]
+    assert [r["step"] for r in reports] == [0, 1]
+    for r in reports:
+        html = r["reports/train"]
+        assert html["_type"] == "trackio.html"
+        with open(os.path.join(got["media"], html["file_path"])) as f, open(f"{run}/{html['caption']}") as g:
+            assert f.read() == g.read() and html["caption"] == f"train_iteration_{r['step']:06d}.html"
+    # the trajectories as a trackio Table, one row per rollout summary
+    tables = [r for r in extra if "rollouts/train" in r]
+    assert [r["step"] for r in tables] == [0, 1]
+    for r in tables:
+        summaries = [
+            json.loads(x) for x in open(f"{run}/train_iteration_{r['step']:06d}_rollout_summaries.jsonl")
+        ]
+        value = r["rollouts/train"]["_value"]
+        assert [
+            (v["iteration"], v["traj_idx"], v["tags"], v["total_reward"], v["ob_tokens"]) for v in value
+        ] == [(s["iteration"], s["traj_idx"], "math", s["total_reward"], 5) for s in summaries]
+    # every checkpoint record (both processes'), as markdown JSON at its batch
+    ckpts = [
+        (r["step"], json.loads(r["checkpoint"]["_value"].strip("`json\n")))
+        for r in extra
+        if "checkpoint" in r
+    ]
+    assert ckpts == [(r["batch"], r) for r in map(json.loads, open(f"{run}/checkpoints.jsonl"))]
     standing = [json.loads(x) for x in open(f"{run}/metrics.jsonl")]
     superseded = [json.loads(x) for x in open(f"{run}/metrics.superseded.jsonl")]
     logs = sorted(got["logs"], key=lambda r: (r.get("rllog/segment", 0), r["step"]))

@@ -64,7 +64,8 @@ def healthy_rows(n: int = 40, seed: int = 0) -> list[dict]:
 
 
 def planted(problem: str, n: int = 40) -> list[dict]:
-    """``healthy_rows`` with one problem planted from step 20 on (ratio for 5 steps)."""
+    """``healthy_rows`` with one problem planted from step 20 on (ratio for 5 steps; a
+    value-loss spike at step 25; reward flat and KL growing over the whole run)."""
     rows = healthy_rows(n)
     for i, row in enumerate(rows):
         if problem == "ratio" and 20 <= i < 25:
@@ -79,6 +80,21 @@ def planted(problem: str, n: int = 40) -> list[dict]:
             row["kl"] = -0.2
         elif problem == "value_spike" and i == 25:
             row["loss/value_avg"] = 40.0
+        elif problem == "clipfrac" and i >= 20:
+            row["policy/clipfrac_avg"] = 0.6
+        elif problem == "approxkl" and i >= 20:
+            row["policy/approxkl_avg"] = 0.5
+        elif problem == "kl_large" and i >= 20:
+            row["kl"] = 3.0
+        elif problem == "entropy_rise" and i >= 20:
+            row["entropy"] = 5.0
+        elif problem == "reward_flat_kl_grows":
+            f = i / (n - 1)
+            for key in ("reward", "objective/rlhf_reward", "env/all/reward/total"):
+                row[key] = 0.5 + 0.001 * (i % 3)
+            row["objective/kl"] = 2.0 + 20.0 * f  # the first KL key of a row: the one the trend rule reads
+        elif problem == "inf_reward" and i == 33:
+            row["reward"] = math.inf
     return rows
 
 

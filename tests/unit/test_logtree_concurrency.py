@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import json
+import os
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -184,16 +185,38 @@ def test_logger_iteration_is_a_noop_on_other_ranks(tmp_path):
     assert not (tmp_path / "r1").exists()
 
 
-def test_logger_iteration_write_failure_warns_once(tmp_path):
-    logger = RunLogger(tmp_path, code_diff=False)
+def test_logger_iteration_write_failure_warns_once_and_keeps_the_reports(tmp_path):
+    """A report the storage refuses is kept and retried like a row; close names every file."""
+    logger = RunLogger(tmp_path, code_diff=False, index=False)
+    real = logger.storage.write
 
     def broken(name, data):
         raise OSError("bucket gone")
 
     logger.storage.write = broken
-    with pytest.warns(RuntimeWarning, match="train_iteration_000001.html .*bucket gone"), logger.iteration(1):
+    with (
+        pytest.warns(RuntimeWarning, match="train_iteration_000001_logtree.json: bucket gone"),
+        logger.iteration(1),
+    ):
         logtree.text("x")
     with logger.iteration(2):  # second failure of the same kind: counted silently
         logtree.text("x")
-    assert sum("logtree report" in w for w in logger.warnings) == 1
-    logger.close()
+    assert sum("bucket gone" in w for w in logger.warnings) == 1
+    logger.storage.write = real
+    logger.flush()  # checkpoints, flush and the next write retry them
+    logger.log_checkpoint("c", batch=3)
+    assert sorted(p.name for p in tmp_path.glob("train_iteration_*")) == [
+        f"train_iteration_00000{i}{suffix}" for i in (1, 2) for suffix in (".html", "_logtree.json")
+    ]
+    logger.storage.write = broken
+    with logger.iteration(3):
+        logtree.text("x")
+    with pytest.warns(RuntimeWarning, match="saved to"):
+        logger.close()
+    saved = next(w for w in logger.warnings if "saved to" in w)
+    assert "train_iteration_000003.html" in saved and "train_iteration_000003_logtree.json" in saved
+    folder = saved.rsplit(" ", 1)[-1]
+    assert sorted(os.listdir(folder)) == [
+        "train_iteration_000003.html",
+        "train_iteration_000003_logtree.json",
+    ]

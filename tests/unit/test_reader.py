@@ -235,9 +235,10 @@ def test_refresh_reads_only_new_bytes(tmp_path):
         logger.log_metrics(3, {"reward": 0.3})
         new = run.refresh()
         assert new == [{"step": 3, "reward": 0.3}]
-        assert storage.ranges[1:] == [(0, size), (size, storage.size("metrics.jsonl"))]
+        # the old rows once, then the file's first bytes (still the same file?) and the new bytes
+        assert storage.ranges[1:] == [(0, size), (0, size), (size, storage.size("metrics.jsonl"))]
         assert run.metrics["reward"].tolist() == [0.0, 0.1, 0.2, 0.3]
-        assert run.refresh() == [] and len(storage.ranges) == 3  # nothing new: no read at all
+        assert run.refresh() == [] and len(storage.ranges) == 4  # nothing new: no read at all
 
 
 def test_tail_leaves_a_partial_line_for_later_and_restarts_on_rewrite(tmp_path):
@@ -378,3 +379,22 @@ def test_evaluator_display_name_as_logged(tmp_path):
     assert (
         run.artifact(0, "html", "my eval set 1").name == run.artifact(0, "html", safe[0]).name
     )  # either name works
+
+
+def test_refresh_notices_a_rewrite_that_grew_past_the_old_offset(tmp_path):
+    """Rows moved aside, then more rows appended than were there: the file is longer than
+    what was read, yet another file; refresh must read it again, not splice."""
+    from rllog import RunLogger, read_run
+
+    with RunLogger(tmp_path, code_diff=False, index=False) as logger:
+        for i in range(10):
+            logger.log_metrics(i, {"loss": 100.0 + i})
+    run = read_run(tmp_path)
+    assert len(run.rows) == 10
+    (tmp_path / "metrics.jsonl").write_bytes(b"")  # e.g. a resume moved every row aside
+    with RunLogger(tmp_path, code_diff=False, index=False) as logger:
+        for i in range(10, 40):
+            logger.log_metrics(i, {"loss": float(i)})
+    run.refresh()
+    assert [r["step"] for r in run.rows] == list(range(10, 40))
+    assert any("rewritten" in w for w in run.warnings)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import time
 from pathlib import Path
 
@@ -176,3 +177,97 @@ def test_index_every_rewrites_index_during_the_run(tmp_path):
         time.sleep(0.05)
     assert (tmp_path / "r" / "index.html").exists()  # before close
     lg.close()
+
+
+def test_row_columns_match_the_rows_cell_by_cell():
+    from rllog.serve._catalog import row_columns
+
+    nan, inf = float("nan"), float("inf")
+    rows = [
+        {"step": 0, "a": 1.0, "b": "text"},
+        {"step": 1, "a": nan, "b": 2},
+        {"b": 3.5, "step": 2, "a": None},  # same keys, another order
+        {"step": 3, "c": True, "a": -inf},
+        {"step": 4, "a": [1], "d": None},
+    ]
+    table = row_columns(rows)
+    cols = table["columns"]
+    assert list(cols) == ["step", "a", "b", "c", "d"]
+    assert table["numeric"] == {"step", "a", "b"}  # c only a bool, d only null
+    a, a_bad = cols["a"]
+    np.testing.assert_array_equal(a, [1.0, nan, nan, -inf, nan])
+    assert a_bad.tolist() == [False, True, False, True, False]  # null and a list are not logged NaN
+    b, b_bad = cols["b"]
+    np.testing.assert_array_equal(b, [nan, 2.0, 3.5, nan, nan])
+    assert not b_bad.any()
+
+
+def test_runs_table_answers_before_a_big_run_is_read_and_the_doctor_matches(tmp_path, monkeypatch):
+    from rllog.doctor import diagnose
+    from rllog.serve import _catalog
+
+    with RunLogger(tmp_path / "big", code_diff=False, index=False) as lg:
+        for i in range(40):
+            lg.log_metrics(i, {"val/ratio": 5.0 if i > 20 else 1.0, "loss": float("nan") if i == 7 else 1.0})
+    monkeypatch.setattr(_catalog, "INLINE_LOAD_BYTES", 10)  # every run is "big"
+    cat = _catalog.Catalog([str(tmp_path)])
+    gate = threading.Lock()
+    gate.acquire()  # hold the worker off reading, as if the run took minutes
+    real_load = _catalog.RunEntry.load
+
+    def slow_load(self):
+        with gate:
+            return real_load(self)
+
+    monkeypatch.setattr(_catalog.RunEntry, "load", slow_load)
+    c = TestClient(_create_app_for(cat), base_url="http://127.0.0.1")
+    t = time.monotonic()
+    row = c.get("/api/runs").json()["runs"][0]
+    assert time.monotonic() - t < 2 and row["loading"] and row["status"]["state"] == "loading"
+    gate.release()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        row = c.get("/api/runs").json()["runs"][0]
+        if not row["loading"] and not row["doctor"]["pending"]:
+            break
+        time.sleep(0.05)
+    assert row["rows"] == 40 and row["doctor"]["error"] >= 1
+    entry = cat.runs()[0]
+    want = [f.to_dict() for f in diagnose(entry.require())]
+    assert entry.findings() == want and any(f["check"] == "nonfinite" for f in want)
+    cat.close()
+
+
+def _create_app_for(catalog):
+    from rllog.serve._app import create_app as create
+
+    return create(catalog)
+
+
+@pytest.mark.slow  # starts real detached jobs (a few seconds)
+def test_index_every_never_overlaps_detached_index_jobs(tmp_path, monkeypatch):
+    import subprocess
+
+    import rllog._run as run_mod
+
+    monkeypatch.setattr(run_mod, "INLINE_INDEX_BYTES", 0)  # every page is written by a detached job
+    started: list[float] = []
+    real_run = subprocess.run
+
+    def spy(args, **kw):
+        if "rllog._indexjob" in args:
+            started.append(time.monotonic())
+        return real_run(args, **kw)
+
+    monkeypatch.setattr(subprocess, "run", spy)
+    lg = RunLogger(tmp_path / "r", code_diff=False, index_every=0.05)
+    for i in range(20):
+        lg.log_metrics(i, {"loss": 1.0})
+    time.sleep(1.0)  # 20 periods; one job (a fresh python importing rllog) takes longer than that
+    during = len(started)
+    lg.close()
+    assert 1 <= during <= 3, during  # was one job per period
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "r" / "index.html").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert (tmp_path / "r" / "index.html").exists()
