@@ -13,6 +13,7 @@ large), ``warning`` (likely a problem, look at it), ``info`` (nothing checkable)
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -134,6 +135,7 @@ def diagnose_rows(
     feed = engine.feed_value
     columns: dict[str, None] = {}
     watched: dict[str, bool] = {}  # metrics a rule reads; of the others only NaN/Inf matter
+    plans: dict[tuple[str, ...], list[str]] = {}  # a row's keys -> the watched ones, in order
     for pos, row in enumerate(rows):
         if len(row) != len(columns) or not columns.keys() >= row.keys():
             columns.update(dict.fromkeys(row))
@@ -141,6 +143,14 @@ def diagnose_rows(
         step = _as_number(raw)
         step = int(step) if step is not None and step - step == 0 else pos
         cell_step = raw if isinstance(raw, int) else pos
+        if _all_finite(row):  # the common row: only the watched metrics change anything
+            keys = tuple(row)
+            plan = plans.get(keys)
+            if plan is None:
+                plan = plans[keys] = [k for k in keys if k != step_key and engine.watches(k)]
+            for k in plan:
+                feed(k, step, float(row[k]))
+            continue
         for k, v in row.items():
             if k == step_key or not isinstance(k, str):
                 continue
@@ -159,6 +169,15 @@ def diagnose_rows(
     engine.order_by_columns([c for c in columns if c != step_key])
     engine.finish()
     return engine.findings()
+
+
+def _all_finite(row: Mapping[str, Any]) -> bool:
+    """True if every value of ``row`` is a finite number or a bool (one ``math.fsum`` in C)."""
+    try:
+        total = math.fsum(row.values())
+    except (TypeError, ValueError, OverflowError):  # a str, None, or an int too large for a float
+        return False
+    return total - total == 0
 
 
 def _as_number(v: Any) -> float | None:

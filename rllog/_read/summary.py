@@ -96,6 +96,15 @@ def _flatten(config: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: config}
 
 
+def _all_finite(row: dict[str, Any]) -> bool:
+    """True if every value of ``row`` is a finite number or a bool (one ``math.fsum`` in C)."""
+    try:
+        total = math.fsum(row.values())
+    except (TypeError, ValueError, OverflowError):  # a str, None, or an int too large for a float
+        return False
+    return total - total == 0
+
+
 class _Pass:
     """What :func:`summarize` needs of the standing rows, gathered in one pass over them:
     columns in first-logged order, the step range, the last value of every column (as
@@ -105,7 +114,8 @@ class _Pass:
 
     def __init__(self, rows: Iterable[dict[str, Any]], step_key: str | None) -> None:
         seen: dict[str, None] = {}
-        found: dict[str, tuple[Any, Any]] = {}
+        found: dict[str, Any] = {}  # key -> last value that is not null or NaN
+        found_at: dict[str, Any] = {}  # key -> the step of that value
         nan_last: dict[str, tuple[Any, Any]] = {}
         times: dict[str, list[Any]] = {k: [] for k in TIME_KEYS}
         n = 0
@@ -118,25 +128,34 @@ class _Pass:
             if step_key and step_key in row and _is_number(step):
                 first = step if first is None or step < first else first
                 last = step if last is None or step > last else last
+            if _all_finite(row):  # the common row: whole-row updates in C
+                found.update(row)
+                found_at.update(dict.fromkeys(row, step))
+                for k in times.keys() & row.keys():
+                    v = row[k]
+                    if _is_number(v):
+                        times[k].append(v)
+                continue
             for k, v in row.items():
                 if v is None:
                     continue
                 if isinstance(v, float) and math.isnan(v):
                     nan_last[k] = (v, step)
                 else:
-                    found[k] = (v, step)
+                    found[k] = v
+                    found_at[k] = step
                     if k in times and _is_number(v) and math.isfinite(v):
                         times[k].append(v)
         self.rows = n
         self.columns = list(seen)
         self.first_step, self.last_step = first, last
         self.times = times
-        self._found, self._nan = found, nan_last
+        self._found, self._found_at, self._nan = found, found_at, nan_last
 
     def last_values(self, keys: list[str]) -> dict[str, tuple[Any, Any]]:
         """:func:`last_values` of the rows for ``keys``."""
-        found, nan = self._found, self._nan
-        return {k: found[k] if k in found else nan[k] for k in keys if k in found or k in nan}
+        found, at, nan = self._found, self._found_at, self._nan
+        return {k: (found[k], at[k]) if k in found else nan[k] for k in keys if k in found or k in nan}
 
     def key_metrics(self, step_key: str | None, limit: int = 12) -> list[str]:
         """:func:`key_metrics` of the rows."""

@@ -38,7 +38,18 @@ def _fill(trace: logtree.Trace, groups: int, trajs: int) -> None:
                     logtree.trajectory_stats(t, total_reward=1.0)
 
 
-def test_heap_is_frozen_while_a_trace_is_bound_and_handed_back_after():
+@pytest.fixture
+def unfrozen():
+    """Start with no frozen heap (a library loaded by an earlier test may have frozen it);
+    leave it as found."""
+    was = gc.get_freeze_count() > 0
+    gc.unfreeze()
+    yield
+    if was:
+        gc.freeze()
+
+
+def test_heap_is_frozen_while_a_trace_is_bound_and_handed_back_after(unfrozen):
     assert gc.get_freeze_count() == 0
     outer = logtree.Trace("a", num_groups_to_log=2)
     inner = logtree.Trace("b")
@@ -51,7 +62,7 @@ def test_heap_is_frozen_while_a_trace_is_bound_and_handed_back_after():
     assert gc.get_freeze_count() == 0
 
 
-def test_someone_elses_freeze_is_left_alone():
+def test_someone_elses_freeze_is_left_alone(unfrozen):
     gc.freeze()
     try:
         before = gc.get_freeze_count()
@@ -62,7 +73,7 @@ def test_someone_elses_freeze_is_left_alone():
         gc.unfreeze()
 
 
-def test_gc_off_is_left_off():
+def test_gc_off_is_left_off(unfrozen):
     gc.disable()
     try:
         with logtree.Trace("a").bind():
