@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from itertools import chain
-from operator import attrgetter
+from operator import attrgetter, ne
 from typing import Any
 
 from rllog._format.codec import scalar, to_jsonable
-from rllog._format.records import StepSummary, TrajectorySummary
+from rllog._format.records import SCHEMA_VERSION, StepSummary, TrajectorySummary
 
 _FAST = frozenset({float, int, str, bool, type(None)})
 _NO_DICT: dict[str, Any] = {}  # a missing metrics/logs key (each step then gets its own {})
@@ -490,6 +490,89 @@ def _is_record(x: Any, traj_cls: type) -> bool:
     return isinstance(x, traj_cls) or (isinstance(x, Mapping) and "group_idx" in x)
 
 
+_INT = frozenset({int})
+_FLOAT = frozenset({float})
+_BOOL = frozenset({bool})
+_DICT = frozenset({dict})
+_LIST = frozenset({list})
+_OPT_INT = frozenset({int, type(None)})
+_IDX = attrgetter("group_idx", "traj_idx")
+_STEP_LENS = attrgetter("ob_len", "ac_len")
+
+
+def _as_written(
+    records: Sequence[Any], iteration: int, split: str, tags: Any, sampling_client_step: Any
+) -> list[TrajectorySummary] | None:
+    """``records`` as a list when every one is a :class:`TrajectorySummary` that building
+    would reproduce field for field (this call's split and iteration, the schema version,
+    value types as written, each step's ``step_idx`` its position), else None.
+
+    Checked for the whole batch at once with C-level ``map``/``set`` calls, so ready
+    records cost a fraction of rebuilding them; the records are then written as they
+    are, not copied (the batch value check of :meth:`_Builder.check` still runs, and a
+    record needing conversion sends the call to the rebuilding path).
+    """
+    if type(records) is not list or tags is not None or sampling_client_step is not None:
+        return None
+    if set(map(type, records)) != {TrajectorySummary}:
+        return None
+    get = attrgetter
+    try:
+        if (
+            set(map(get("schema_version"), records)) != {SCHEMA_VERSION}
+            or set(map(get("split"), records)) != {split}
+            or set(map(get("iteration"), records)) != {iteration}
+            or set(map(type, map(get("iteration"), records))) != _INT
+        ):
+            return None
+        idx = list(chain.from_iterable(map(_IDX, records)))
+        if set(map(type, idx)) != _INT or min(idx) < 0:
+            return None
+        if not (
+            set(map(type, map(get("total_reward"), records))) <= _FLOAT
+            and set(map(type, map(get("final_reward"), records))) <= _FLOAT
+            and set(map(type, map(get("trajectory_metrics"), records))) <= _DICT
+            and set(map(type, map(get("tags"), records))) <= _LIST
+            and set(map(type, chain.from_iterable(map(get("tags"), records)))) <= _STR
+            and set(map(type, map(get("steps"), records))) <= _LIST
+        ):
+            return None
+        for name in ("sampling_client_step", "final_ob_len"):
+            values = [v for v in map(get(name), records) if v is not None]
+            if values and (set(map(type, values)) != _INT or min(values) < 0):
+                return None
+        steps = list(chain.from_iterable(map(get("steps"), records)))
+        if steps:
+            if set(map(type, steps)) != {StepSummary}:
+                return None
+            lens = list(chain.from_iterable(map(_STEP_LENS, steps)))
+            if set(map(type, lens)) != _INT or min(lens) < 0:
+                return None
+            if not (
+                set(map(type, map(get("reward"), steps))) <= _FLOAT
+                and set(map(type, map(get("episode_done"), steps))) <= _BOOL
+                and set(map(type, map(get("metrics"), steps))) <= _DICT
+                and set(map(type, map(get("logs"), steps))) <= _DICT
+            ):
+                return None
+            positions = chain.from_iterable(map(range, map(len, map(get("steps"), records))))
+            if any(map(ne, map(get("step_idx"), steps), positions)):
+                return None
+    except TypeError:  # a value that does not compare (min of odd types)
+        return None
+    return records
+
+
+class Rebuild(Exception):
+    """Raised by the recheck of reused ready records: the encoder met a value the batch
+    check let through; build the records again (``build(..., reuse=False)``), which
+    converts it or names it, without touching the caller's records."""
+
+
+def _rebuild() -> set[int]:
+    raise Rebuild
+
+
 def _quick_ok(records: list[TrajectorySummary]) -> bool:
     """The batch check of :meth:`_Builder.check`: every reward finite, every metric a
     finite number, every log value a JSON scalar (then no record needs the slow encoder)."""
@@ -510,10 +593,15 @@ def build(
     split: str,
     tags: Any = None,
     sampling_client_step: Any = None,
+    reuse: bool = True,
 ) -> tuple[list[TrajectorySummary], set[int], Callable[[], set[int]]]:
     """Records for ``groups``, the indices of records that need the slow encoder, and a
     function that checks every record fully (for when the encoder meets a value the
-    quick batch check let through) and returns those indices again."""
+    quick batch check let through) and returns those indices again.
+
+    Ready :class:`TrajectorySummary` records that building would reproduce exactly are
+    returned as they are (``reuse``; see :func:`_as_written`); their recheck raises
+    :class:`Rebuild`."""
     if isinstance(groups, (str, bytes, Mapping)) or not isinstance(groups, Sequence):
         raise TypeError(
             f"rollouts for iteration {iteration}: expected a list of trajectory groups or of records, "
@@ -523,6 +611,9 @@ def build(
     out: list[TrajectorySummary] = []
     n = len(groups)
     if n and _is_record(groups[0], b.traj_cls):
+        ready = _as_written(groups, iteration, split, tags, sampling_client_step) if reuse else None
+        if ready is not None and _quick_ok(ready):  # already exactly what would be written
+            return ready, set(), _rebuild
         tag_default = _tag_list(tags, "tags") if tags is not None else []
         step_default = _opt_step(sampling_client_step) if not isinstance(sampling_client_step, list) else None
         for i, rec in enumerate(groups):

@@ -1,5 +1,6 @@
-"""Ready rollout records (TrajectorySummary) give the bytes their dicts give; records
-that need converting are rebuilt, never mutated."""
+"""Ready rollout records (TrajectorySummary) are written as they are when building
+would reproduce them exactly, and rebuilt (never mutated) otherwise; the bytes are the
+same either way."""
 
 from __future__ import annotations
 
@@ -37,11 +38,12 @@ def groups():
     ]
 
 
-def test_ready_records_give_the_bytes_their_dicts_give():
+def test_exact_ready_records_are_written_as_they_are():
     ready = build_rollout_summaries(7, groups())
-    _, _, data = encode_rollouts(7, groups())
+    _, from_dicts, data = encode_rollouts(7, groups())
     _, records, again = encode_rollouts(7, ready)
     assert again == data
+    assert all(a is b for a, b in zip(records, ready, strict=True))  # no copy, no rebuild
 
 
 @pytest.mark.parametrize(
