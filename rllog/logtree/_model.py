@@ -680,7 +680,8 @@ def _freeze_heap() -> None:
     what was allocated since, and :func:`_unfreeze_heap` hands it back when the last
     bound trace ends. Nothing is done when GC is off or someone else froze the heap
     (``gc.get_freeze_count() > 0``: unfreezing would undo their freeze). Garbage cycles
-    made before the trace wait until then to be collected. Called under ``_open_lock``.
+    made before the trace wait until then to be collected (forever, if a trace is bound
+    and never unbound). Called under ``_open_lock``.
     """
     global _froze_heap
     if gc.isenabled() and gc.get_freeze_count() == 0:

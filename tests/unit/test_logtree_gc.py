@@ -53,12 +53,15 @@ def test_heap_is_frozen_while_a_trace_is_bound_and_handed_back_after(unfrozen):
     assert gc.get_freeze_count() == 0
     outer = logtree.Trace("a", num_groups_to_log=2)
     inner = logtree.Trace("b")
+    from rllog.logtree import _model
+
+    assert not _model._open_traces, f"traces left bound by earlier code: {_model._open_traces}"
     with outer.bind():
         frozen = gc.get_freeze_count()
         assert frozen > 1000  # the process's objects from before the trace
         with inner.bind():  # a second trace (an evaluation inside an iteration) changes nothing
-            assert gc.get_freeze_count() == frozen
-        assert gc.get_freeze_count() == frozen
+            assert frozen // 2 < gc.get_freeze_count() <= frozen  # not frozen again (frozen objects may die)
+        assert frozen // 2 < gc.get_freeze_count() <= frozen
     assert gc.get_freeze_count() == 0
 
 
