@@ -110,10 +110,11 @@ def _read(url: str, options: dict, name: str) -> bytes:
 def trial(url: str, options: dict, env: dict, rng: random.Random, acked: dict) -> dict:
     """One kill and resume on the run at ``url``; ``acked`` accumulates across trials of
     one run (rows and records acknowledged by every killed writer). Returns the counts."""
+    errors = tempfile.TemporaryFile()  # the writer's stderr, shown when it died on its own
     proc = subprocess.Popen(
         [sys.executable, "-c", CHILD, url, json.dumps(options), "0"],
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=errors,
         env=env,
     )
     lines: list[str] = []
@@ -137,6 +138,11 @@ def trial(url: str, options: dict, env: dict, rng: random.Random, acked: dict) -
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     reader.join(5)
+    if died_alone:
+        errors.seek(0)
+        tail = errors.read().decode("utf-8", "replace").splitlines()[-15:]
+        print(f"writer died alone (exit {proc.returncode}):\n" + "\n".join(tail), file=sys.stderr)
+    errors.close()
     kind = next((line.split()[1] for line in reversed(lines) if line.startswith("B ")), "start")
     for line in lines:
         parts = line.split()

@@ -33,7 +33,14 @@ import weakref
 from typing import Any, cast
 
 from rllog._format.codec import encode_json
-from rllog._format.layout import CHECKPOINTS_FILE, CODE_DIFF_FILE, CONFIG_FILE, METRICS_FILE, check_layout
+from rllog._format.layout import (
+    CHECKPOINTS_FILE,
+    CODE_DIFF_FILE,
+    CONFIG_FILE,
+    METRICS_FILE,
+    artifact_name,
+    check_layout,
+)
 from rllog._format.records import ResumeState
 from rllog._storage.local import remove_stale_tmp
 from rllog._storage.staged import run_at_exit
@@ -42,7 +49,7 @@ from rllog._write.metrics import MetricsWriter
 from rllog._write.noclobber import NoClobberStorage
 from rllog._write.notes import Notes
 from rllog._write.rank import RankStorage, process_rank
-from rllog._write.resume import lock_run, repair_torn_tail, supersede, timestamped, unlock_run
+from rllog._write.resume import lock_run, missing_rows, repair_torn_tail, supersede, timestamped, unlock_run
 from rllog._write.rollouts import RolloutFiles, encode_rollouts
 from rllog._write.timing import Timings
 from rllog.errors import StorageError
@@ -218,13 +225,18 @@ class RunLogger:
         if not self._worker:
             self._run_lock, holder = lock_run(self.storage)
             if holder is not None:
+                self._abandon_open()
                 raise RuntimeError(
                     f"{self.log_path} is being written by process {holder} (it holds .rllog.lock): "
                     f"{'a resume' if resume else 'a second run'} there would mix both processes' rows. Stop "
                     "that process first (a requeued job whose old copy still runs), log to another path, or "
                     "pass shared=True to add this process's rows and reports to the same run on purpose"
                 )
-            self._start(resume)
+            try:
+                self._start(resume)
+            except BaseException:
+                self._abandon_open()
+                raise
             self._status_started()
         warn = self._notes.warn_once
         self._metrics = MetricsWriter(self.storage, strict_json=strict_json, console=console, warn=warn)
@@ -272,8 +284,30 @@ class RunLogger:
 
     # -- start of a run -------------------------------------------------------------
 
+    def _abandon_open(self) -> None:
+        """``__init__`` is raising: release the run lock and close the storage it opened
+        without waiting (an open bucket handle would otherwise wait out its close timeout
+        at exit; bytes it adopted stay in their spill journal)."""
+        if self._run_lock is not None:
+            unlock_run(self.storage, self._run_lock)
+            self._run_lock = None
+        if self._owns_storage:
+            try:
+                self.storage.close(timeout=0)
+            except OSError:
+                pass
+
     def _start(self, resume: bool) -> None:
         storage = self.storage
+        outage = getattr(storage, "outage_at_open", None)  # FsspecStorage's probe did not get through
+        if outage is not None:  # each start-up read would wait request_timeout x 5 attempts: skip them
+            if resume:
+                raise StorageError(f"cannot resume {storage.url}: it is unreachable ({outage})")
+            self._notes.note(
+                f"{storage.url} is unreachable at open ({outage}); skipped the check for torn last lines. "
+                "Rows are kept locally and uploaded when it answers."
+            )
+            return
         try:
             self._start_checks(resume)
         except OSError as exc:
@@ -315,14 +349,26 @@ class RunLogger:
     def _resume(self, storage: Storage) -> None:
         """Choose the record and the point (rllog._write.resume_point), then move rows
         (supersede) and the crashed run's reports (move_reports_aside) past it."""
+        from rllog._write.resume import damaged_lines
         from rllog._write.resume_point import choose_record, move_reports_aside, resume_point
 
+        for name in (METRICS_FILE, CHECKPOINTS_FILE):
+            damaged = damaged_lines(storage, name)
+            if damaged:
+                more = f"; and {len(damaged) - 3} more" if len(damaged) > 3 else ""
+                self._notes.note(
+                    f"{storage.url}/{name} has {len(damaged)} damaged line(s) that every reader skips "
+                    f"(the rows on them are lost to readers): {'; '.join(damaged[:3])}{more}"
+                )
         records = read_checkpoints(storage, self.warnings)
         rec = choose_record(records, self.resume_key, self.resume_require, self._notes.note)
         if rec is not None:
             self.resume_state = ResumeState.from_record(rec, self.resume_key)
         point = resume_point(storage, rec, self.resume_key, self._notes.note)
         if point is not None:
+            gap = missing_rows(storage, point, rec) if rec is not None else None
+            if gap is not None:
+                self._notes.note(gap)
             supersede(storage, point, self._notes.note)
             move_reports_aside(storage, point, self._notes.note)
 
@@ -438,8 +484,9 @@ class RunLogger:
                 back in :attr:`ResumeState.loop_state`.
 
         Locally it returns after the fsyncs (~1 ms). On an object store it returns at
-        once and a background thread appends the record when the upload of everything
-        before it has completed, so a slow or unreachable bucket never stalls the loop.
+        once with the record staged (memory and the spill journal) right after the rows
+        logged before it; the storage uploads it only after those, so a slow or
+        unreachable bucket never stalls the loop and a record never precedes its rows.
 
         A backend failure does not raise: when what was logged before cannot be made
         durable, the record is held back (so a resume never points past data that was
@@ -478,6 +525,7 @@ class RunLogger:
         (``trace`` is None and logtree calls inside are no-ops).
         """
         self._check_open(f"iteration({iteration!r})")
+        artifact_name(iteration, "html")  # a bad iteration raises here, at the call
         self._check_rewrite("report", iteration, None)
         from rllog.logtree import iteration_trace
 
@@ -503,9 +551,17 @@ class RunLogger:
         file-name safe by :func:`rllog._format.layout.safe_eval_name`).
 
         Raises:
-            TypeError: ``name`` is not a str (raised at the ``with``, before the block runs).
+            TypeError: ``name`` is not a str (``None`` included: use :meth:`iteration` for
+                training), or ``iteration`` is not an int; raised at the call.
+            ValueError: ``iteration`` outside ``0 <= iteration < 2**63``; raised at the call.
         """
         self._check_open(f"evaluation({name!r}, {iteration!r})")
+        if not isinstance(name, str):
+            raise TypeError(
+                f"evaluation(name, iteration): name must be the evaluator's name, a str; got "
+                f"{type(name).__name__} {name!r:.40} (use iteration({iteration!r}) for a training iteration)"
+            )
+        artifact_name(iteration, "html", name)
         self._check_rewrite("report", iteration, name)
         from rllog.logtree import iteration_trace
 
@@ -795,7 +851,8 @@ class RunLogger:
         """Write run_status.json ``running`` (see :mod:`rllog._write.status`)."""
         from rllog._write.status import mark_started
 
-        self._status_record = mark_started(self.storage, self._notes.warn_once)
+        reachable = getattr(self.storage, "outage_at_open", None) is None  # see _start
+        self._status_record = mark_started(self.storage, self._notes.warn_once, read_previous=reachable)
 
     def _status_ended(self) -> None:
         """Rewrite run_status.json as ``finished`` (``failed`` when the ``with`` block raised)."""
@@ -931,8 +988,6 @@ class _Reported:
 
     def __exit__(self, *exc: Any) -> Any:
         out = self._trace.__exit__(*exc)
-        from rllog._format.layout import artifact_name
-
         logger = self._logger
         html = artifact_name(self._iteration, "html", self._eval_name, logger.layout)
         logger._sinks.put(

@@ -7,7 +7,16 @@ from __future__ import annotations
 
 import click
 
+# a logged name or config value holding control characters could move the cursor, retitle or
+# clear the user's terminal, or write its clipboard: one rule for every line printed
+from rllog._format.terminal import escape_controls as _escape
+
 __all__ = ["main"]
+
+
+def _echo(text: str, err: bool = False) -> None:
+    """Every line the CLI prints goes through here: control characters escaped."""
+    click.echo(_escape(text), err=err)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -78,6 +87,9 @@ class _CliError(click.ClickException):
 
     exit_code = 2
 
+    def format_message(self) -> str:
+        return _escape(self.message)
+
 
 def _error_text(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror and exc.filename:  # "[Errno 2] ..." -> what and where
@@ -134,8 +146,10 @@ def summary(run: str, keys: tuple[str, ...], as_json: bool, step_key: str | None
     from rllog._read.run import read_run
     from rllog._read.summary import format_summary, summarize
 
-    info = summarize(read_run(run, step_key=step_key), list(keys) or None)
-    click.echo(encode_json(info, indent=2).decode() if as_json else format_summary(info))
+    data = read_run(run, step_key=step_key)
+    _check_keys(keys, [data])
+    info = summarize(data, list(keys) or None)
+    _echo(encode_json(info, indent=2).decode() if as_json else format_summary(info))
 
 
 @main.command()
@@ -170,6 +184,7 @@ def tail(run: str, follow: bool, n_rows: int, keys: tuple[str, ...], interval: f
     import os
     import time
 
+    from rllog._format.vocab import STEP_KEYS, check_keys
     from rllog._read.run import MetricsTail
     from rllog.storage import open_storage
 
@@ -186,8 +201,16 @@ def tail(run: str, follow: bool, n_rows: int, keys: tuple[str, ...], interval: f
             f"no {name} in {storage.url}: expected a run folder or URI with metrics.jsonl, or a metrics .jsonl file"
         )
     reader = MetricsTail(storage, name)
+    seen: dict[str, None] = {}  # every key of the rows read so far, in order
 
     def show(rows: list[tuple[int, dict]]) -> None:
+        if keys and rows and not all(k in seen for k in keys):
+            for _, row in rows:
+                seen.update(dict.fromkeys(row))
+            try:
+                check_keys(keys, [k for k in seen if k not in STEP_KEYS], f"{storage.url}/{name}")
+            except ValueError as exc:
+                raise _CliError(str(exc)) from None
         for _, row in rows:
             if keys:
                 step = next((f"{k}={row[k]}" for k in ("step", "global_step", "_step") if k in row), "")
@@ -195,11 +218,11 @@ def tail(run: str, follow: bool, n_rows: int, keys: tuple[str, ...], interval: f
                     f"{k}={row[k]:.6g}" if isinstance(row.get(k), float) else f"{k}={row.get(k, '-')}"
                     for k in keys
                 ]
-                click.echo("  ".join([step, *cells]))
+                _echo("  ".join([step, *cells]))
             else:
-                click.echo(json.dumps(row, ensure_ascii=False))
+                _echo(json.dumps(row, ensure_ascii=False))
         for problem in reader.problems:
-            click.echo(f"warning: {problem}", err=True)
+            _echo(f"warning: {problem}", err=True)
         reader.problems.clear()
 
     def last(rows: list[tuple[int, dict]]) -> list[tuple[int, dict]]:
@@ -274,6 +297,15 @@ def _count_newlines(storage, name: str, end: int) -> int:
     return count
 
 
+def _check_keys(keys: tuple[str, ...], runs: list) -> None:
+    """An unknown ``-k`` key is an error naming the closest keys of the runs (any run has it: fine)."""
+    from rllog._format.vocab import check_keys
+
+    if keys:
+        known = list(dict.fromkeys(c for r in runs for c in r.metrics.columns if c != r.step_key))
+        check_keys(keys, known, " or ".join(r.url for r in runs))
+
+
 def _metrics_location(run: str) -> tuple[str, str]:
     """``(folder, file name)`` of the metrics file of RUN (a folder, URI or .jsonl file)."""
     import os
@@ -307,7 +339,8 @@ def diff(run_a: str, run_b: str, keys: tuple[str, ...], show_all: bool, step_key
     from rllog._read.summary import format_diff
 
     a, b = read_run(run_a, step_key=step_key), read_run(run_b, step_key=step_key)
-    click.echo(format_diff(a, b, list(keys) or None, max_lines=None if show_all else 20))
+    _check_keys(keys, [a, b])
+    _echo(format_diff(a, b, list(keys) or None, max_lines=None if show_all else 20))
 
 
 @main.group(name="import")
@@ -318,11 +351,11 @@ def import_() -> None:
 def _report_import(report) -> None:
     span = f", steps {report.first_step}..{report.last_step}" if report.first_step is not None else ""
     aside = f", {report.superseded} superseded rows in metrics.superseded.jsonl" if report.superseded else ""
-    click.echo(
+    _echo(
         f"wrote {report.out}: {report.rows} rows{span}{aside}; config.json {'written' if report.config else 'none'}"
     )
     for note in report.notes:
-        click.echo(f"  {note}")
+        _echo(f"  {note}")
 
 
 @import_.command(name="trl")
@@ -396,7 +429,7 @@ def _list_thresholds(ctx: click.Context, _param: click.Parameter, value: bool) -
     defaults = [(f"{name} = {value}", name) for name, value in msgspec.structs.asdict(Thresholds()).items()]
     width = max(len(text) for text, _ in defaults)
     for text, name in defaults:
-        click.echo(f"{text:<{width}}  {THRESHOLD_HELP.get(name, '')}".rstrip())
+        _echo(f"{text:<{width}}  {THRESHOLD_HELP.get(name, '')}".rstrip())
     ctx.exit(0)
 
 
@@ -446,18 +479,17 @@ def doctor(run: str, as_json: bool, overrides: tuple[str, ...], config: str | No
     levels = {"warning": ("warning", "error"), "error": ("error",), "never": ()}[fail_on]
     failed = any(f.severity in levels for f in findings)
     if as_json:
-        click.echo(
+        _echo(
             json.dumps({"run": run, "ok": not failed, "findings": [f.to_dict() for f in findings]}, indent=2)
         )
     elif not findings:
-        click.echo(f"{run}: no problems found")
+        _echo(f"{run}: no problems found")
     else:
         styles = {"error": "red", "warning": "yellow", "info": "blue"}
         for f in findings:
-            click.echo(
-                click.style(f"{f.severity.upper():8}", fg=styles[f.severity], bold=True) + f" {f.message}"
-            )
-            click.echo(f"         try: {f.advice}")
+            label = click.style(f"{f.severity.upper():8}", fg=styles[f.severity], bold=True)
+            click.echo(f"{label} {_escape(f.message)}")  # our colour codes kept, the message's escaped
+            _echo(f"         try: {f.advice}")
     if failed:
         raise SystemExit(1)
 
@@ -498,7 +530,7 @@ def index(
     except (OSError, ValueError) as exc:
         raise _CliError(f"cannot write the index of {run}: {_error_text(exc)}") from None
     problems = sum(f.severity != "info" for f in findings)
-    click.echo(f"wrote {url}" + (f" ({problems} doctor findings)" if problems else ""))
+    _echo(f"wrote {url}" + (f" ({problems} doctor findings)" if problems else ""))
 
 
 @main.command()
@@ -538,8 +570,101 @@ def plot(runs: tuple[str, ...], keys: tuple[str, ...], out: str, x: str | None, 
     except (OSError, ValueError, ImportError) as exc:
         raise _CliError(_error_text(exc)) from None
     for w in caught:
-        click.echo(f"warning: {w.message}", err=True)
-    click.echo(f"wrote {out} ({len(lines)} lines)")
+        _echo(f"warning: {w.message}", err=True)
+    _echo(f"wrote {out} ({len(lines)} lines)")
+
+
+# --- spill journals: bytes a cloud writer staged locally and never uploaded (issue 13) ---------
+
+
+@main.group()
+def spill() -> None:
+    """Spill journals: what writers to gs://, s3://... staged on this machine and never
+    uploaded (a killed process, a bucket down at close). Kept in $RLLOG_SPILL_DIR or
+    ~/.cache/rllog/spill; the next writer of the same run on this machine uploads them first.
+    """
+
+
+def _orphans(urls: tuple[str, ...]) -> list:
+    from rllog._storage.spill import list_journals
+
+    found = [j for j in list_journals() if j.orphan and (not urls or j.url in urls)]
+    unknown = [u for u in urls if u not in {j.url for j in found}]
+    if unknown:
+        raise _CliError(f"no orphaned spill journal for {', '.join(unknown)}; `rllog spill list` shows them")
+    return found
+
+
+def _describe(j) -> str:
+    import time
+
+    age = time.time() - j.modified
+    when = f"{age / 3600:.1f} h" if age >= 3600 else f"{age / 60:.0f} min"
+    files = ", ".join(f"{n} ({b} B)" for n, b in sorted(j.pending.items())) or "nothing left to upload"
+    state = "orphaned" if j.orphan else "live writer"
+    return f"{j.url}  [{state}, {when} old]  {files}\n    {j.folder}"
+
+
+@spill.command("list")
+@_clean_errors
+def spill_list() -> None:
+    """List every spill journal: its run URL, whether its writer is gone, the bytes not uploaded."""
+    from rllog._storage.spill import list_journals, spill_root
+
+    journals = list_journals()
+    if not journals:
+        _echo(f"no spill journals in {spill_root()}")
+        return
+    for j in journals:
+        _echo(_describe(j))
+
+
+@spill.command("upload")
+@click.argument("urls", nargs=-1)
+@_clean_errors
+def spill_upload(urls: tuple[str, ...]) -> None:
+    """Upload orphaned journals (all, or those of the run URLS) the way the next writer of
+    the run does: open the run, which adopts them, and close it. Credentials and endpoints
+    come from the environment, as for every command. Exit code 1 when bytes are left."""
+    import warnings
+
+    from rllog.storage import open_storage
+
+    failed = 0
+    for url in dict.fromkeys(j.url for j in _orphans(urls)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            storage = open_storage(url)
+            storage.close()
+            left = sum(storage.pending().values())
+        if left:
+            failed += 1
+            why = "; ".join(str(w.message) for w in caught)[:400]
+            _echo(f"{url}: {left} byte(s) still not uploaded, kept in the journal ({why})", err=True)
+        else:
+            _echo(f"{url}: uploaded")
+    if failed:
+        raise SystemExit(1)
+
+
+@spill.command("clear")
+@click.argument("urls", nargs=-1)
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@_clean_errors
+def spill_clear(urls: tuple[str, ...], yes: bool) -> None:
+    """Delete orphaned journals (all, or those of the run URLS): their bytes are lost.
+    Journals of live writers are never touched."""
+    from rllog._storage.spill import clear_journal
+
+    found = _orphans(urls)
+    if not found:
+        _echo("no orphaned spill journals")
+        return
+    total = sum(sum(j.pending.values()) for j in found)
+    if not yes:
+        click.confirm(f"delete {len(found)} orphaned journal(s), {total} byte(s) never uploaded?", abort=True)
+    for j in found:
+        _echo(f"{j.url}: {'deleted' if clear_journal(j) else 'kept (a writer took it meanwhile)'} {j.folder}")
 
 
 # --- The live dashboard and rollout search (issue #12) -----------------------------------------
@@ -565,7 +690,7 @@ def serve(paths: tuple[str, ...], host: str, port: int, token: str | None) -> No
     """
     from rllog.serve import serve as _serve
 
-    _serve(list(paths) or ["."], host=host, port=port, token=token, echo=click.echo)
+    _serve(list(paths) or ["."], host=host, port=port, token=token, echo=_echo)
 
 
 @main.command()
@@ -589,13 +714,18 @@ def grep(pattern: str, run: str, regex: bool, ignore_case: bool, max_hits: int, 
 
     compiled = compile_pattern(pattern, regex=regex, ignore_case=ignore_case)
     with read_run(run) as r:
+        if not r.storage.exists(r.metrics_name) and not r.iterations:
+            raise FileNotFoundError(
+                f"no run at {run}: no {r.metrics_name} and no iteration files "
+                "(expected a run folder, a metrics .jsonl file or a bucket URL)"
+            )
         hits, files = search_rollouts(r.storage, compiled, limit=max_hits)
     for h in hits:
         if as_json:
-            click.echo(encode_json(h).decode())
+            _echo(encode_json(h).decode())
         else:
             text = f"{h['before']}{h['match']}{h['after']}".replace("\n", "\\n")
-            click.echo(f"{h['file']}:group {h['group']}:traj {h['traj']}:{h['field']}: {text}")
+            _echo(f"{h['file']}:group {h['group']}:traj {h['traj']}:{h['field']}: {text}")
     if not hits:
-        click.echo(f"no match in {files} rollout summaries files", err=True)
+        _echo(f"no match in {files} rollout summaries files", err=True)
         raise SystemExit(1)

@@ -210,7 +210,31 @@ def check_run(log_path: Any, thresholds: Thresholds | None = None) -> list[Findi
     from rllog._read.run import read_run
 
     with read_run(log_path) as run:
-        return diagnose_rows(run.iter_rows(), thresholds, step_key=run.step_key)
+        findings = diagnose_rows(run.iter_rows(), thresholds, step_key=run.step_key)
+        damaged = run.damaged_lines  # after the rows were read: the lines they skipped
+    errors = [f for f in findings if f.severity == "error"]
+    return errors + damage_findings(damaged) + findings[len(errors) :]
+
+
+def damage_findings(damaged: list[str]) -> list[Finding]:
+    """A ``damaged_lines`` warning for the lines the reader skipped (:attr:`rllog.Run.damaged_lines`),
+    none when there are none: a row lost in the middle of metrics.jsonl is not "no problems"."""
+    if not damaged:
+        return []
+    shown = "; ".join(damaged[:3]) + (f"; and {len(damaged) - 3} more" if len(damaged) > 3 else "")
+    return [
+        Finding(
+            check="damaged_lines",
+            severity="warning",
+            metric="",
+            steps=[],
+            value=float(len(damaged)),
+            threshold="any",
+            message=f"{len(damaged)} damaged line(s) skipped by every reader: {shown}",
+            advice="the rows on those lines are lost to readers; look for a second writer, a full disk or an edit "
+            "of the file (the other rows are read as usual)",
+        )
+    ]
 
 
 def thresholds_from_file(path: str | os.PathLike[str]) -> Thresholds:

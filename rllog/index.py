@@ -19,8 +19,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from rllog._format.codec import encode_html
 from rllog._format.redact import redact_tree
-from rllog._format.vocab import MAIN_METRICS
+from rllog._format.vocab import MAIN_METRICS, check_keys
 from rllog.storage import ReadOnlyStorage, Storage, open_storage
 
 if TYPE_CHECKING:
@@ -128,10 +129,10 @@ def render_index(
         else np.arange(n, dtype=float)
     )
     columns = _numeric_columns(metrics, key)
+    check_keys(keys, [c for c in metrics.columns if c != key], "this run")
     for k in keys:
         if k not in columns:
-            what = "has no numeric values" if k in metrics.columns else "is not a metric of this run"
-            raise ValueError(f"-k {k!r} {what}; numeric metrics: {list(columns)[:40]}")
+            raise ValueError(f"-k {k!r} has no numeric values; numeric metrics: {list(columns)[:40]}")
     worst: dict[str, str] = {}
     for f in reversed(findings):  # errors come first, so they win
         if f.metric:
@@ -175,6 +176,16 @@ def render_index(
                 "name": rep.name,
             }
         )
+    superseded: dict[int, list[Any]] = {}
+    for art in run.superseded:
+        what = "report" if art.kind == "html" else "rollout summaries"
+        superseded.setdefault(art.iteration, []).append(
+            {
+                "href": base + quote(art.name),
+                "label": f"{'train' if art.split == 'train' else f'eval {art.eval_name}'} {what}",
+                "name": art.name,
+            }
+        )
     counts = {s: sum(f.severity == s for f in findings) for s in ("error", "warning", "info")}
     finite_steps = steps[steps >= 0]
     template = environment().get_template("index.html")
@@ -198,6 +209,7 @@ def render_index(
         ],
         ckpt_cols=ckpt_cols,
         iterations=sorted(by_iteration.items()),
+        superseded=sorted(superseded.items()),
         warnings=run.warnings,
         thresholds=thresholds,
     )
@@ -229,19 +241,19 @@ def write_index(
         numeric metric of the run. OSError/StorageError: the page could not be written.
     """
     from rllog._read.view import open_run, write_bytes
-    from rllog.doctor import diagnose
+    from rllog.doctor import damage_findings, diagnose
 
     run = open_run(log_path)
     findings = diagnose(run.metrics, thresholds, nonfinite=run.nonfinite, step_key=run.step_key)
+    errors = [f for f in findings if f.severity == "error"]
+    findings = errors + damage_findings(run.damaged) + findings[len(errors) :]
     if out is None:
         html = render_index(run, findings, thresholds=thresholds, keys=keys)
-        _write_into_run(
-            run.storage, run.index_name, html.encode("utf-8", "backslashreplace")
-        )  # surrogates as \udXXX
+        _write_into_run(run.storage, run.index_name, encode_html(html))
         return f"{run.url.rstrip('/')}/{run.index_name}", findings
     out = os.fspath(out)
     html = render_index(run, findings, thresholds=thresholds, keys=keys, base=_base_href(run.url, out))
-    write_bytes(out, html.encode("utf-8", "backslashreplace"))
+    write_bytes(out, encode_html(html))
     return out, findings
 
 

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rllog._format.vocab import check_keys
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -113,8 +115,8 @@ def plot_runs(
     numbers = {key: [v for v in views if _has_numbers(v, key)] for key in keys}
     for key in keys:
         if not any(key in v.metrics.columns for v in views):
-            numeric = [c for c in views[0].metrics.columns if c != views[0].step_key]
-            raise ValueError(f"no run has metric {key!r}; keys of {views[0].url}: {numeric[:40]}")
+            known = list(dict.fromkeys(c for v in views for c in v.metrics.columns if c != v.step_key))
+            check_keys([key], known, " or ".join(v.url for v in views))
     empty = [k for k in keys if not numbers[k]]
     if len(empty) == len(keys):
         raise ValueError(

@@ -2,8 +2,10 @@
 
 gcsfs reads ``STORAGE_EMULATOR_HOST`` when it is imported, so the GCS emulator's port is
 chosen and the environment set here, at import time, before any test imports gcsfs.
-Spill files of cloud storages go to a temporary folder (``RLLOG_SPILL_DIR``), not to
-``~/.cache``.
+Spill files of cloud storages (``RLLOG_SPILL_DIR``) and everything rllog puts in the
+system temp folder (rescued rows, unwritten rollout summaries, index-job files) go to
+one folder under pytest's own temp root, for this process and its subprocesses
+(``TMPDIR``): the suite leaves no ``rllog-*`` debris in /tmp or ``~/.cache``.
 
 Fixtures:
 
@@ -34,7 +36,23 @@ _GCS_PORT = int(os.environ.get("RLLOG_TEST_GCS_PORT") or free_port())
 os.environ["RLLOG_TEST_GCS_PORT"] = str(_GCS_PORT)  # subprocesses of tests see the same server
 configure_gcs_env(_GCS_PORT)
 os.environ.setdefault("S3_UPLOAD_PART_MIN_SIZE", "256")  # moto: small multipart parts, to test them
-os.environ.setdefault("RLLOG_SPILL_DIR", tempfile.mkdtemp(prefix="rllog-test-spill-"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_temp(tmp_path_factory: pytest.TempPathFactory):
+    """The system temp folder and the spill folder, inside pytest's temp root for the session."""
+    root = tmp_path_factory.mktemp("system-temp")
+    saved = tempfile.tempdir, os.environ.get("TMPDIR"), os.environ.get("RLLOG_SPILL_DIR")
+    tempfile.tempdir = os.environ["TMPDIR"] = str(root)
+    if not saved[2]:
+        os.environ["RLLOG_SPILL_DIR"] = str(root / "spill")
+    yield root
+    tempfile.tempdir = saved[0]
+    for key, value in (("TMPDIR", saved[1]), ("RLLOG_SPILL_DIR", saved[2])):
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 @pytest.fixture(scope="session")
@@ -102,3 +120,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.e2e)
         if cloud or e2e:
             item.add_marker(pytest.mark.slow)
+
+
+# --- real data: say loudly when ../shared/realdata is missing (tests/realdata.py) -------------
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    from realdata import BUNDLED, FULL, SHARED, SKIP_PREFIX
+
+    if FULL:
+        return
+    skipped = [
+        r for r in terminalreporter.stats.get("skipped", []) if SKIP_PREFIX in str(getattr(r, "longrepr", ""))
+    ]
+    terminalreporter.write_sep("=", "REAL DATA MISSING", yellow=True, bold=True)
+    terminalreporter.write_line(
+        f"{SHARED} is not there: the real-data tests read the small copy in {BUNDLED}; "
+        f"{len(skipped)} test(s) that need other files were SKIPPED (reason starts with {SKIP_PREFIX!r}). "
+        "Put the folder beside the repository to run them all."
+    )

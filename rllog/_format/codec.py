@@ -5,8 +5,13 @@ caller's keys in their order; values are numbers, booleans, strings or null. NaN
 ±Infinity are kept as values: by default written as the tokens ``NaN``, ``Infinity``
 and ``-Infinity`` (what Python's ``json`` and ``pandas.read_json`` read); with
 ``strict_json=True`` as ``null`` (strict RFC 8259 JSON, the distinction is lost).
-Strings with lone surrogates are written with ``\\uXXXX`` escapes, which Python's
-``json`` reads back to the same string.
+Lone surrogates (``"\\ud83d"`` without its pair, e.g. from a tokenizer cut mid-emoji) have one
+rule in every file rllog writes (metrics, config, loop state, rollout summaries, logtree
+JSON): in a string value each one becomes U+FFFD (:func:`clean_text`), so every file is
+valid UTF-8 that every reader reads (ours, ``json``, ``pandas.read_json`` with or without
+pyarrow); a key (a metric, config or loop-state name) holding one is refused at the call
+with a TypeError naming it. HTML pages show U+FFFD marked (:func:`encode_html`). Files
+written before this rule, holding ``\\udXXX`` escapes, are read with the same replacement.
 
 msgspec does the encoding (one Encoder per writer, one reused buffer); it writes
 ``null`` for non-finite floats by itself, so rows holding them are re-encoded with
@@ -21,13 +26,23 @@ import json
 import math
 import numbers
 import os
+import re
 import reprlib
 import sys
 from typing import Any
 
 import msgspec
 
-__all__ = ["MetricsEncoder", "encode_json", "decode_json", "to_jsonable", "scalar"]
+__all__ = [
+    "MetricsEncoder",
+    "encode_json",
+    "decode_json",
+    "to_jsonable",
+    "scalar",
+    "clean_text",
+    "clean_strings",
+    "encode_html",
+]
 
 _NoneType = type(None)
 _FAST_TYPES = frozenset({float, int, str, bool, _NoneType})
@@ -115,6 +130,10 @@ def scalar(value: Any, where: str) -> Any:
         )
     if isinstance(value, numbers.Integral):
         return scalar(int(value), where)
+    if isinstance(value, decimal.Decimal) and value.is_snan():
+        raise ValueError(
+            f"{where}: Decimal('sNaN') (a signaling NaN) cannot be written; log float('nan') for a missing value"
+        )
     if isinstance(value, (numbers.Real, decimal.Decimal)):
         return float(value)
     raise TypeError(
@@ -138,6 +157,58 @@ def _has_surrogate(s: str) -> bool:
     return False
 
 
+def clean_text(s: str) -> str:
+    """``s`` with each lone surrogate replaced by U+FFFD (a high and low surrogate side by
+    side are joined into their character); ``s`` itself when it is valid text."""
+    if not _has_surrogate(s):
+        return s
+    return s.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def clean_strings(value: Any) -> Any:
+    """``value`` (decoded JSON: dicts, lists, scalars) with :func:`clean_text` applied to
+    every string, keys included."""
+    t = type(value)
+    if t is str:
+        return clean_text(value)
+    if t is dict:
+        return {clean_text(k): clean_strings(v) for k, v in value.items()}
+    if t is list:
+        return [clean_strings(v) for v in value]
+    return value
+
+
+_TEXT_ONLY = ("title", "textarea", "script", "style")  # elements whose content is not markup
+_LONE = re.compile("[\ud800-\udfff]")
+_BAD_CHAR_MARK = (
+    '<mark class="rllog-bad-char" title="lone surrogate U+{:04X}: not valid text, shown as U+FFFD">'
+    "\ufffd</mark>"
+)
+
+
+def encode_html(page: str) -> bytes:
+    """An HTML page as UTF-8 bytes; each lone surrogate is shown as a marked U+FFFD
+    (``<mark class="rllog-bad-char" title="lone surrogate U+D835...">``) in text, or a bare
+    U+FFFD inside a tag or a text-only element (``<title>``...), never as the six
+    characters ``\\ud835`` a model could have written.
+
+    Every logged string reaches the page escaped, so a ``<`` after the last ``>`` before a
+    character means it is inside a tag (an attribute value)."""
+    try:
+        return page.encode("utf-8")
+    except UnicodeEncodeError:
+        pass
+    page = page.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")  # join pairs
+
+    def mark(m: re.Match[str]) -> str:
+        i = m.start()
+        in_tag = page.rfind("<", 0, i) > page.rfind(">", 0, i)
+        in_text_only = any(page.rfind(f"<{t}", 0, i) > page.rfind(f"</{t}", 0, i) for t in _TEXT_ONLY)
+        return "\ufffd" if in_tag or in_text_only else _BAD_CHAR_MARK.format(ord(m.group()))
+
+    return _LONE.sub(mark, page).encode("utf-8")
+
+
 class MetricsEncoder:
     """Encodes metric rows to JSONL bytes; build one per writer and reuse it.
 
@@ -149,7 +220,8 @@ class MetricsEncoder:
         TypeError: ``step`` is not an int (numpy ints are converted), a key is not a
             str, or a value cannot be made a number, bool, str or None; the message
             names the key and the step. Nothing is returned for that row.
-        ValueError: ``metrics`` has a key ``"step"`` or ``step`` is negative.
+        ValueError: ``metrics`` has a key ``"step"`` or an empty key ``""``, ``step`` is
+            negative, or a value is ``Decimal('sNaN')`` (the key is named).
     """
 
     __slots__ = ("strict_json", "last", "_encode_into", "_buf")
@@ -181,6 +253,8 @@ class MetricsEncoder:
             metrics = self._clean(step, metrics)
             values = metrics.values()
             types = set(map(type, values))
+        if "" in metrics:
+            raise ValueError(f"metrics at step {step} has an empty key ''; every metric needs a name")
         if "step" in metrics:
             raise ValueError(
                 f"metrics at step {step} has a key 'step'; the step is the first argument of log_metrics"
@@ -242,13 +316,20 @@ class MetricsEncoder:
         return out
 
     def _encode_slow(self, step: int, metrics: dict[str, Any]) -> bytearray:
+        """Rows with lone surrogates: refused in a key, U+FFFD in a value (module docstring)."""
         row: dict[str, Any] = {"step": step}
         for k, v in metrics.items():
+            if _has_surrogate(k):
+                raise TypeError(
+                    f"metric key {k!r} at step {step} has a lone surrogate (not valid text); name it with valid text"
+                )
             if type(v) is float and not math.isfinite(v) and self.strict_json:
                 v = None
+            elif type(v) is str:
+                v = clean_text(v)
             row[k] = v
         buf = self._buf
-        buf[:] = json.dumps(row, ensure_ascii=True, separators=(",", ":"), allow_nan=True).encode() + b"\n"
+        buf[:] = json.dumps(row, ensure_ascii=False, separators=(",", ":"), allow_nan=True).encode() + b"\n"
         return buf
 
 
@@ -284,16 +365,14 @@ def to_jsonable(value: Any, where: str = "value", strict_json: bool = False, raw
             return None if strict_json and not math.isfinite(value) else value
         return _nonfinite_token(value, strict_json)
     if t in _FAST_TYPES:
-        if raw and t is str and _has_surrogate(value):
-            return msgspec.Raw(json.dumps(value).encode())
-        return value
+        return clean_text(value) if t is str else value
     if isinstance(value, dict):
         out = {}
         for k, v in value.items():
             if not isinstance(k, str):
                 raise TypeError(f"{where}: keys must be str, got {type(k).__name__} {k!r}")
-            if raw and _has_surrogate(k):
-                raise TypeError(f"{where}: key {k!r} has a lone surrogate")
+            if _has_surrogate(k):
+                raise TypeError(f"{where}: key {k!r} has a lone surrogate (not valid text)")
             out[k] = to_jsonable(v, f"{where}[{k!r}]", strict_json, raw)
         return out
     if isinstance(value, (list, tuple)):
@@ -301,9 +380,19 @@ def to_jsonable(value: Any, where: str = "value", strict_json: bool = False, raw
     if isinstance(value, os.PathLike):
         return to_jsonable(os.fspath(value), where, strict_json, raw)
     tolist = getattr(value, "tolist", None)
-    if callable(tolist) and getattr(value, "ndim", False):
+    if callable(tolist) and getattr(value, "ndim", False) and _element_count(value) != 1:
         return to_jsonable(tolist(), where, strict_json, raw)
+    # one-element arrays/tensors become numbers, as in metric rows (scalar's rule)
     return to_jsonable(scalar(value, where), where, strict_json, raw)
+
+
+def _element_count(value: Any) -> int | None:
+    """Elements of a numpy array (``.size``) or torch tensor (``.numel()``); None if unknown."""
+    size = getattr(value, "size", None)
+    if callable(size):
+        numel = getattr(value, "numel", None)
+        size = numel() if callable(numel) else None
+    return size if isinstance(size, int) else None
 
 
 _ENCODER = msgspec.json.Encoder()
@@ -322,14 +411,12 @@ def encode_json(
     if indent is None:
         return _ENCODER.encode(to_jsonable(value, where, strict_json))
     plain = to_jsonable(value, where, strict_json, raw=False)
-    try:
-        return json.dumps(plain, indent=indent, ensure_ascii=False).encode()
-    except UnicodeEncodeError:  # lone surrogates: escape them
-        return json.dumps(plain, indent=indent, ensure_ascii=True).encode()
+    return json.dumps(plain, indent=indent, ensure_ascii=False).encode()
 
 
 def decode_json(data: bytes | str) -> Any:
-    """Decode one JSON document; accepts the ``NaN``/``Infinity`` tokens and ``\\uD800`` escapes.
+    """Decode one JSON document; accepts the ``NaN``/``Infinity`` tokens and ``\\uD800`` escapes
+    (read as U+FFFD, the rule of the module docstring).
 
     msgspec decodes the common case; documents it rejects (tokens, lone surrogates) go
     through Python's ``json``.
@@ -340,4 +427,4 @@ def decode_json(data: bytes | str) -> Any:
     try:
         return msgspec.json.decode(data)
     except msgspec.DecodeError:
-        return json.loads(data)
+        return clean_strings(json.loads(data))  # files from before the one rule hold \\udXXX escapes

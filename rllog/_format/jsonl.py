@@ -106,7 +106,8 @@ class JsonlTail:
     fetch more, see the backend) and returns the new rows. A line without its trailing
     newline is left for the next poll (the writer may be in the middle of it) unless
     ``final=True``. If the file shrinks (rewritten, e.g. rows moved aside on resume),
-    reading starts again from the first byte and :attr:`rewritten` is True until the
+    or grew but its first bytes or the last bytes consumed changed (cut and appended
+    to again, or replaced), reading starts again from the first byte and :attr:`rewritten` is True until the
     next poll.
 
     Attributes:
@@ -125,6 +126,7 @@ class JsonlTail:
         self.torn: str | None = None
         self.rewritten = False
         self._head = b""  # the first bytes read, to notice a rewrite (see poll)
+        self._last = b""  # the last bytes consumed (ending at offset), to notice a file cut and regrown
 
     def _same_head(self) -> bool:
         """Whether the file still starts with the bytes first read (a file that grew past the
@@ -151,31 +153,48 @@ class JsonlTail:
             return []
         if end is not None:
             size = min(size, end)
-        if size < self.offset or (size > self.offset and self._head and not self._same_head()):
+        changed = None
+        if size < self.offset:
+            changed = "it shrank from"
+        elif size > self.offset and self._head and not self._same_head():
+            changed = "its first bytes changed at"
+        data = b""
+        if changed is None and size > self.offset:
+            # read the last bytes consumed again with the new ones: a file cut (rows moved
+            # aside on resume) and grown past the old offset has other bytes there
+            data = self.storage.read_range(self.name, self.offset - len(self._last), size)
+            if data[: len(self._last)] != self._last:
+                changed = "it was cut and grew again past"
+            data = data[len(self._last) :]
+        if changed is not None:
             self.problems.append(
-                f"{self.name} was rewritten ({'it shrank from' if size < self.offset else 'its first bytes changed at'} "
-                f"{self.offset} to {size} bytes, e.g. rows moved aside on resume or the run folder replaced); "
-                "read again from the start"
+                f"{self.name} was rewritten ({changed} {self.offset} to {size} bytes, e.g. rows moved aside "
+                "on resume or the run folder replaced); read again from the start"
             )
             self.offset = self.lines = 0
-            self._head = b""
+            self._head = self._last = b""
             self.rewritten = True
+            data = b""
         self.torn = None
         if size == self.offset:
             return []
-        data = self.storage.read_range(self.name, self.offset, size)
+        if not data:
+            data = self.storage.read_range(self.name, self.offset, size)
         if self.offset == 0:
             self._head = data[:_HEAD_BYTES]
         end = data.rfind(b"\n") + 1
         complete, rest = data[:end], data[end:]
         rows, problems = parse_lines(complete, self.name, self.lines + 1)
         self.problems += problems
+        if end:
+            self._last = (self._last + complete[-_HEAD_BYTES:])[-_HEAD_BYTES:]
         self.offset += end
         self.lines += complete.count(b"\n")
         if rest and final and rest.strip():
             last, _ = parse_lines(rest, self.name, self.lines + 1)
             if last:
                 rows += last
+                self._last = (self._last + rest[-_HEAD_BYTES:])[-_HEAD_BYTES:]
                 self.offset += len(rest)
                 self.lines += 1
             else:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 __all__ = [
     "METRICS_FILE",
     "SUPERSEDED_FILE",
+    "SUPERSEDED_DIR",
     "CONFIG_FILE",
     "CODE_DIFF_FILE",
     "CHECKPOINTS_FILE",
@@ -48,12 +49,16 @@ __all__ = [
     "rank_file_name",
     "parse_rank_file_name",
     "artifact_rank",
+    "parse_superseded_file",
 ]
 
 #: one JSON object per logged step, ``"step"`` first
 METRICS_FILE = "metrics.jsonl"
 #: rows moved out of metrics.jsonl on resume (steps at or past the resume point), byte for byte
 SUPERSEDED_FILE = "metrics.superseded.jsonl"
+#: folder the crashed run's iteration reports and rollout summaries are moved to on resume
+#: (``superseded/train_iteration_000012.html``; a second copy of one name gets ``.2``...)
+SUPERSEDED_DIR = "superseded"
 #: the training config, indented JSON; an older copy is kept as ``config.<UTC time>.json``
 CONFIG_FILE = "config.json"
 #: commit, ``git diff HEAD`` and untracked files at start
@@ -141,13 +146,15 @@ def artifact_name(iteration: int, kind: str, eval_name: str | None = None, layou
     ``kind`` is ``"html"``, ``"logtree"`` or ``"rollout_summaries"``.
 
     Raises:
-        ValueError: unknown kind or layout, or a negative iteration.
-        TypeError: iteration not an int.
+        ValueError: unknown kind or layout, or an iteration outside ``0 <= iteration < 2**63``
+            (the range every JSON reader reads back as an int).
+        TypeError: iteration not an int, or ``eval_name`` neither None nor a str.
     """
     if isinstance(iteration, bool) or not isinstance(iteration, int):
         raise TypeError(f"iteration must be an int, got {type(iteration).__name__}: {iteration!r:.40}")
-    if iteration < 0:
-        raise ValueError(f"iteration must be >= 0, got {iteration}")
+    if not 0 <= iteration < 2**63:
+        shown = str(iteration) if iteration.bit_length() < 100 else f"an int of {iteration.bit_length()} bits"
+        raise ValueError(f"iteration must be >= 0 and < 2**63, got {shown}")
     try:
         suffix = ARTIFACT_KINDS[kind]
     except KeyError:
@@ -302,3 +309,20 @@ def parse_rank_file_name(name: str) -> tuple[str, int] | None:
     if m is None:
         return None
     return m["stem"] + (m["rest"] or ""), int(m["rank"])
+
+
+_COPY_SUFFIX = re.compile(r"\.([2-9]|[1-9]\d+)$")
+
+
+def parse_superseded_file(name: str) -> Artifact | None:
+    """The :class:`Artifact` of a report moved aside on resume
+    (``superseded/train_iteration_000012.html`` or ``...html.2``; ``name`` is the full
+    name inside the run), else None."""
+    folder, sep, base = name.partition("/")
+    if folder != SUPERSEDED_DIR or not sep or "/" in base:
+        return None
+    parsed = parse_artifact_name(_COPY_SUFFIX.sub("", base))
+    if parsed is None:
+        return None
+    split, eval_name, iteration, kind = parsed
+    return Artifact(name, split, eval_name, iteration, kind)

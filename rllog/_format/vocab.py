@@ -9,6 +9,8 @@ verl (``actor/...``, ``critic/...``) and OpenRLHF (``ppo_kl``, ``policy_entropy`
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 __all__ = [
     "STEP_KEYS",
     "EVAL_PREFIXES",
@@ -28,6 +30,7 @@ __all__ = [
     "CLIPPED_KEYS",
     "REWARD_KEYS",
     "CORE_KEYS",
+    "check_keys",
 ]
 
 #: step columns tried in order when ``step_key`` is not given: rllog/tinker/TRL ``step``,
@@ -176,3 +179,22 @@ CORE_KEYS.update(
         "actor/grad_norm",
     }
 )
+
+
+def check_keys(keys: Sequence[str], known: list[str], where: str) -> None:
+    """Raise when a requested metric key is not among ``known`` (a run's columns).
+
+    Raises:
+        ValueError: ``-k 'reward/maen' is not a metric of <where>; closest: reward/mean``,
+            the closest matches by :func:`difflib.get_close_matches` (up to 3), else the
+            first 20 keys of the run.
+    """
+    import difflib
+
+    known_set = set(known)
+    for key in keys:
+        if key in known_set:
+            continue
+        close = difflib.get_close_matches(key, known, n=3, cutoff=0.6)
+        hint = f"closest: {', '.join(close)}" if close else f"its keys: {', '.join(known[:20]) or 'none'}"
+        raise ValueError(f"-k {key!r} is not a metric of {where}; {hint}")

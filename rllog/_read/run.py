@@ -36,6 +36,7 @@ from rllog._format.layout import (
     artifact_rank,
     parse_iteration_file,
     parse_rank_file_name,
+    parse_superseded_file,
     rank_file_name,
     safe_eval_name,
 )
@@ -111,6 +112,7 @@ class Run:
         self._frames: dict[str, tuple[int, Any]] = {}
         self.config: dict[str, Any] | None = None
         self._iterations: list[Iteration] | None = None
+        self._superseded_iterations: list[Iteration] | None = None
         self._display_names: dict[str, str] = {}
         self._load()
 
@@ -137,6 +139,7 @@ class Run:
     def _load(self) -> None:
         self._notes: list[str] = []
         self._iterations = None
+        self._superseded_iterations = None
         self._frames.clear()
         self._rows_resolver: StepResolver | None = None
         self._streamed: StreamedRows | None = None
@@ -239,11 +242,19 @@ class Run:
 
     def _read_moved_aside(self) -> list[tuple[int, dict]]:
         name = self._sibling(SUPERSEDED_FILE)
-        if name is None:
+        self._aside_tail = None if name is None else MetricsTail(self.storage, name)
+        return self._poll_moved_aside()
+
+    def _poll_moved_aside(self) -> list[tuple[int, dict]]:
+        """Rows moved aside since the last look (all of them if metrics.superseded.jsonl was rewritten)."""
+        tail = self._aside_tail
+        if tail is None:
             return []
-        tail = MetricsTail(self.storage, name)
+        seen = len(tail.problems)
         rows = tail.poll(final=True)
-        self._notes += tail.problems + ([tail.torn] if tail.torn else [])
+        self._notes += tail.problems[seen:]
+        if tail.torn and tail.torn not in self._notes:
+            self._notes.append(tail.torn)
         return rows
 
     def refresh(self) -> list[dict[str, Any]]:
@@ -257,6 +268,7 @@ class Run:
         if self._tail is None:  # a trainer_state.json is read whole
             return []
         self._iterations = None
+        self._superseded_iterations = None
         self._one_clean_segment = False
         self._streamed = None
         resolver = self._resolver  # parse what was there before, so only new rows are returned
@@ -268,6 +280,14 @@ class Run:
             return list(self.rows)
         for line, row in rows:
             resolver.add(line, row)
+        # a resume moves rows aside before it cuts metrics.jsonl: read them as they come
+        aside = self._poll_moved_aside()
+        if self._aside_tail is not None and self._aside_tail.rewritten:
+            self._moved_aside = aside
+        else:
+            self._moved_aside += aside
+        if aside:
+            self._frames.pop("superseded", None)
         if self._ckpt_tail is not None:
             self.checkpoints += [row for _, row in self._ckpt_tail.poll()]
         self.config = self._read_config()
@@ -436,29 +456,44 @@ class Run:
     def iterations(self) -> list[Iteration]:
         """Iterations with at least one artifact, sorted; listed on first use and after :meth:`refresh`."""
         if self._iterations is None:
-            found: dict[int, list[Artifact]] = {}
-            if self._prefix == "" and self._trl_state is None:
-                for name in self.storage.list():
-                    a = parse_iteration_file(name)
-                    if a is not None:
-                        found.setdefault(a.iteration, []).append(a)
-            order = list(ARTIFACT_KINDS)
-            self._iterations = [
-                Iteration(
-                    i,
-                    sorted(
-                        arts,
-                        key=lambda a: (
-                            a.split != "train",
-                            a.eval_name or "",
-                            artifact_rank(a.name),  # rank 0's first: what artifact() finds
-                            order.index(a.kind),
-                        ),
-                    ),
-                )
-                for i, arts in sorted(found.items())
-            ]
+            self._iterations = self._list_iterations(parse_iteration_file)
         return self._iterations
+
+    @property
+    def superseded_iterations(self) -> list[Iteration]:
+        """The crashed run's reports and rollout summaries that a resume moved into
+        ``superseded/`` (:data:`rllog._format.layout.SUPERSEDED_DIR`), by iteration; an
+        artifact's ``name`` is its path in the run (``superseded/train_iteration_000012.html``,
+        a later crash's copy ``....html.2``). Read them with ``superseded=True`` in
+        :meth:`artifact`, :meth:`html`, :meth:`logtree` and :meth:`rollout_summaries`."""
+        if self._superseded_iterations is None:
+            self._superseded_iterations = self._list_iterations(parse_superseded_file)
+        return self._superseded_iterations
+
+    def _list_iterations(self, parse: Any) -> list[Iteration]:
+        found: dict[int, list[Artifact]] = {}
+        if self._prefix == "" and self._trl_state is None:
+            for name in self.storage.list():
+                a = parse(name)
+                if a is not None:
+                    found.setdefault(a.iteration, []).append(a)
+        order = list(ARTIFACT_KINDS)
+        return [
+            Iteration(
+                i,
+                sorted(
+                    arts,
+                    key=lambda a: (
+                        a.split != "train",
+                        a.eval_name or "",
+                        artifact_rank(a.name),  # rank 0's first: what artifact() finds
+                        order.index(a.kind),
+                        a.name,
+                    ),
+                ),
+            )
+            for i, arts in sorted(found.items())
+        ]
 
     def eval_display_name(self, eval_name: str) -> str:
         """The evaluator's name as logged (``"my eval set 1"``) for the file-safe name that
@@ -494,15 +529,18 @@ class Run:
                     return m.group(1)
         return None
 
-    def artifact(self, iteration: int, kind: str, eval_name: str | None = None) -> Artifact:
+    def artifact(
+        self, iteration: int, kind: str, eval_name: str | None = None, *, superseded: bool = False
+    ) -> Artifact:
         """The artifact of ``kind`` for ``iteration`` (train, or evaluator ``eval_name``: the
-        file-safe name of :attr:`iterations` or the name as logged).
+        file-safe name of :attr:`iterations` or the name as logged); with ``superseded=True``
+        the crashed run's copy in :attr:`superseded_iterations` (the first, if several).
 
         Raises:
             FileNotFoundError: the run has no such artifact; the message lists what that
                 iteration has.
         """
-        for it in self.iterations:
+        for it in self.superseded_iterations if superseded else self.iterations:
             if it.iteration == iteration:
                 found = it.find(kind, eval_name)
                 if found is None and eval_name is not None:
@@ -514,20 +552,26 @@ class Run:
         else:
             have = "nothing (no such iteration)"
         who = "train" if eval_name is None else f"evaluator {eval_name!r}"
-        raise FileNotFoundError(f"{self.url}: no {kind} for {who} at iteration {iteration}; it has {have}")
+        where = " in superseded/" if superseded else ""
+        raise FileNotFoundError(
+            f"{self.url}: no {kind} for {who} at iteration {iteration}{where}; it has {have}"
+        )
 
-    def html(self, iteration: int, eval_name: str | None = None) -> str:
+    def html(self, iteration: int, eval_name: str | None = None, *, superseded: bool = False) -> str:
         """The logtree HTML report of an iteration, as text. Raises FileNotFoundError like :meth:`artifact`."""
-        return self.storage.read(self.artifact(iteration, "html", eval_name).name).decode("utf-8", "replace")
+        name = self.artifact(iteration, "html", eval_name, superseded=superseded).name
+        return self.storage.read(name).decode("utf-8", "replace")
 
-    def logtree(self, iteration: int, eval_name: str | None = None) -> dict[str, Any]:
+    def logtree(
+        self, iteration: int, eval_name: str | None = None, *, superseded: bool = False
+    ) -> dict[str, Any]:
         """The logtree JSON of an iteration (``{title, started_at, path, root}``), read on each call.
 
         Raises:
             FileNotFoundError: like :meth:`artifact`.
             RunFormatError: the file is not a JSON object.
         """
-        name = self.artifact(iteration, "logtree", eval_name).name
+        name = self.artifact(iteration, "logtree", eval_name, superseded=superseded).name
         try:
             tree = decode_json(self.storage.read(name))
         except ValueError as exc:
@@ -536,7 +580,9 @@ class Run:
             raise RunFormatError(f"{self.url}/{name}: expected a JSON object, got {type(tree).__name__}")
         return tree
 
-    def rollout_summaries(self, iteration: int, eval_name: str | None = None) -> list[dict[str, Any]]:
+    def rollout_summaries(
+        self, iteration: int, eval_name: str | None = None, *, superseded: bool = False
+    ) -> list[dict[str, Any]]:
         """The per-trajectory rollout summaries of an iteration (one dict per trajectory, README.md "Rollout summaries"),
         read on each call. Damaged lines are skipped and reported in :attr:`warnings`. For typed
         records (:class:`rllog.TrajectorySummary`) or a DataFrame use :func:`rllog.read_rollouts`
@@ -545,7 +591,7 @@ class Run:
         Raises:
             FileNotFoundError: like :meth:`artifact`.
         """
-        name = self.artifact(iteration, "rollout_summaries", eval_name).name
+        name = self.artifact(iteration, "rollout_summaries", eval_name, superseded=superseded).name
         tail = MetricsTail(self.storage, name)
         rows = tail.poll(final=True)
         for note in tail.problems + ([tail.torn] if tail.torn else []):
@@ -554,6 +600,19 @@ class Run:
         return [row for _, row in rows]
 
     # -- reporting -------------------------------------------------------------------------
+    @property
+    def damaged_lines(self) -> list[str]:
+        """One message per damaged line of metrics.jsonl and checkpoints.jsonl (not a JSON
+        object, or a torn last line), with its line number; the reader skipped them.
+        Part of :attr:`warnings`; ``rllog doctor`` reports them as a finding."""
+        out: list[str] = []
+        streamed = self._streamed if self._rows_resolver is None else None
+        metrics = streamed if streamed is not None else self._tail  # streamed (rllog doctor): its words
+        for tail in (metrics, self._ckpt_tail):
+            if tail is not None:
+                out += [p for p in tail.problems if " line " in p] + ([tail.torn] if tail.torn else [])
+        return out
+
     @property
     def warnings(self) -> list[str]:
         """What a reader of this run should know: damaged or torn lines (with line numbers),

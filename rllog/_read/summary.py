@@ -220,6 +220,7 @@ def summarize(run: Run, keys: list[str] | None = None) -> dict[str, Any]:
         "first": its[0].iteration if its else None,
         "last": its[-1].iteration if its else None,
         "artifacts": kinds,
+        "superseded": [a.name for it in run.superseded_iterations for a in it.artifacts],
     }
     out["checkpoints"] = {
         "count": len(run.checkpoints),
@@ -287,6 +288,12 @@ def format_summary(s: dict[str, Any], max_files: int = 12) -> str:
         lines.append(f"iterations   {it['count']} ({it['first']}..{it['last']}): {arts}")
     else:
         lines.append("iterations   none with reports")
+    if it["superseded"]:
+        lines.append(
+            f"  superseded by a resume: {len(it['superseded'])} file(s) of the crashed run in superseded/"
+            f" ({', '.join(n.removeprefix('superseded/') for n in it['superseded'][:4])}"
+            f"{'...' if len(it['superseded']) > 4 else ''})"
+        )
     ck = s["checkpoints"]
     if ck["count"]:
         last = ", ".join(f"{k}={_fmt(v)}" for k, v in ck["last"].items())

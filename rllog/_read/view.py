@@ -31,7 +31,10 @@ class RunView:
     config: Any = None
     checkpoints: list[dict[str, Any]] = field(default_factory=list)
     reports: list[Artifact] = field(default_factory=list)  # the HTML reports, by iteration
+    #: the crashed run's reports and rollout summaries a resume moved into superseded/
+    superseded: list[Artifact] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    damaged: list[str] = field(default_factory=list)  # Run.damaged_lines: lines every reader skips
     index_name: str = "index.html"  # where ``rllog index`` writes the page, inside ``storage``
     name: str = ""  # a short title
 
@@ -64,7 +67,9 @@ def open_run(log_path: Any) -> RunView:
         config=run.config,
         checkpoints=list(run.checkpoints),
         reports=[a for it in run.iterations for a in it.artifacts if a.kind == "html"],
+        superseded=[a for it in run.superseded_iterations for a in it.artifacts if a.kind != "logtree"],
         warnings=list(run.warnings),
+        damaged=run.damaged_lines,
         index_name=_index_name(run.metrics_name),
         name=folder if run.metrics_name == "metrics.jsonl" else f"{folder}/{run.metrics_name}",
     )

@@ -187,9 +187,39 @@ class LocalStorage:
             with self._lock:
                 fd = self._fds.get(name)
                 if fd is None:
-                    fd = self._open_leaf(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+                    # readable too: if the name is deleted, relink() reads the content back through it
+                    fd = self._open_leaf(name, os.O_RDWR | os.O_APPEND | os.O_CREAT)
                     self._fds[name] = fd
         return fd
+
+    def relink(self) -> dict[str, int]:
+        """Files appended to through a kept-open descriptor whose name is gone (the run
+        folder deleted mid-run, ``rm -rf``): each one's whole content is still readable
+        through its descriptor, so it is read back and written again under its name (the
+        folders recreated, :meth:`write`); later appends go to the new file. Costs one
+        ``fstat`` per kept-open file when nothing is gone.
+
+        Returns:
+            ``{name: bytes rescued}`` per recreated file; ``{}`` when none was gone.
+
+        Raises:
+            OSError: rewriting a file failed (the old descriptor is kept: a later call retries).
+        """
+        with self._lock:
+            gone = {name: fd for name, fd in self._fds.items() if os.fstat(fd).st_nlink == 0}
+        rescued: dict[str, int] = {}
+        for name, fd in gone.items():
+            size = os.fstat(fd).st_size
+            chunks, offset = [], 0
+            while offset < size:
+                chunk = os.pread(fd, min(size - offset, 1 << 20), offset)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                offset += len(chunk)
+            self.write(name, b"".join(chunks))  # closes the old descriptor
+            rescued[name] = offset
+        return rescued
 
     def append(self, name: str, data: bytes) -> None:
         """``os.write`` ``data`` at the end of ``name``: in the OS when this returns, so a

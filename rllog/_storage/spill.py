@@ -49,7 +49,18 @@ except ImportError:  # Windows: no adoption of dead writers' journals
 
 DEFAULT_ROOT = "~/.cache/rllog/spill"
 
-__all__ = ["Journal", "NullJournal", "NULL_JOURNAL", "SpillJournal", "Spilled", "spill_root", "run_folder"]
+__all__ = [
+    "Journal",
+    "NullJournal",
+    "NULL_JOURNAL",
+    "SpillJournal",
+    "Spilled",
+    "spill_root",
+    "run_folder",
+    "JournalInfo",
+    "list_journals",
+    "clear_journal",
+]
 
 
 class Journal(Protocol):
@@ -290,3 +301,68 @@ class SpillJournal:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+
+
+# -- by hand: `rllog spill list|upload|clear` ----------------------------------------------
+
+
+@dataclass
+class JournalInfo:
+    """One writer's spill folder as `rllog spill list` shows it.
+
+    ``orphan``: no live process holds its lock (its writer died or was killed before its
+    bytes were uploaded); the next writer of ``url`` on this machine would adopt it.
+    ``pending``: bytes still to upload per file name (for a live writer: the bytes of its
+    ``.tail`` files on disk, an upper bound). ``modified``: seconds since the epoch.
+    """
+
+    folder: Path
+    url: str
+    orphan: bool
+    pending: dict[str, int]
+    modified: float
+
+
+def list_journals(root: Path | None = None) -> list[JournalInfo]:
+    """Every writer folder under ``root`` (default :func:`spill_root`), oldest first.
+
+    An orphan's lock is taken for the moment of reading it, then released.
+    """
+    root = spill_root() if root is None else root
+    out: list[JournalInfo] = []
+    if not root.is_dir():
+        return out
+    for run_dir in root.iterdir():
+        if not run_dir.is_dir():
+            continue
+        for folder in run_dir.iterdir():
+            if not (folder / "lock").is_file():
+                continue
+            try:
+                url = (folder / "url").read_text().strip()
+            except OSError:
+                url = "?"
+            fd = _lock(folder / "lock") if fcntl is not None else None
+            if fd is not None:
+                journal = SpillJournal(folder, fd)
+                try:
+                    pending = {n: len(s.base or b"") + len(s.tail) for n, s in journal.load().items()}
+                finally:
+                    journal.close(discard=False)
+            else:
+                pending = {unquote(p.name[: -len(".tail")]): p.stat().st_size for p in folder.glob("*.tail")}
+            out.append(JournalInfo(folder, url, fd is not None, pending, folder.stat().st_mtime))
+    return sorted(out, key=lambda j: j.modified)
+
+
+def clear_journal(info: JournalInfo) -> bool:
+    """Delete an orphan's folder (its bytes are lost); False when a live writer holds it."""
+    fd = _lock(info.folder / "lock") if fcntl is not None else None
+    if fd is None:
+        return False
+    SpillJournal(info.folder, fd).close(discard=True)
+    try:
+        info.folder.parent.rmdir()  # the run's folder, when no other writer is left in it
+    except OSError:
+        pass
+    return True

@@ -18,14 +18,24 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
+from rllog._format.layout import CHECKPOINTS_FILE
 from rllog._storage import objectops
 from rllog._storage.base import check_name
 from rllog._storage.spill import NULL_JOURNAL, Journal, SpillJournal, run_folder, spill_root
 from rllog.errors import StorageError, StoragePermanentError
 
 __all__ = ["FsspecStorage", "run_at_exit"]
+
+#: Files whose every append is uploaded only after everything staged before it (in any
+#: file) is uploaded: a checkpoint record never reaches the bucket before its rows. All
+#: other files are independent and uploaded concurrently.
+ORDERED_FILES = frozenset({CHECKPOINTS_FILE})
+
+#: Uploads of independent files in flight at once, per handle.
+UPLOAD_CONCURRENCY = 4
 
 
 class FsspecStorage:
@@ -123,7 +133,8 @@ class FsspecStorage:
         self._pid = os.getpid()
         self._state = threading.RLock()  # staged bytes and counters
         self._wake = threading.Condition(self._state)
-        self._commit = threading.Lock()  # one upload attempt at a time; readers wait for it
+        self._locks: dict[str, threading.Lock] = {}  # per file: one upload at a time; readers wait for it
+        self._pool = ThreadPoolExecutor(UPLOAD_CONCURRENCY, thread_name_prefix=f"rllog-upload {self.url}")
         self._stop = threading.Event()  # close gave up waiting: abandon retries
         self._poke = threading.Event()  # cuts a retry's backoff short (flush, close)
         self._seq = 0  # appends/writes so far
@@ -138,9 +149,15 @@ class FsspecStorage:
             run_dir = run_folder(spill_root(), self.url)
             for orphan in SpillJournal.orphans(run_dir) if adopt else []:
                 journal = _Journal(orphan)
-                for name, spilled in orphan.load().items():
-                    journal.staged[name] = _Staged(self._seq + 1, spilled.base, spilled.tail, spilled.intent)
+                loaded = orphan.load()
+                # ordered files last: a dead writer's checkpoint records wait for all its rows
+                for name in sorted(loaded, key=lambda n: n in ORDERED_FILES):
+                    spilled = loaded[name]
                     self._seq += 1
+                    staged = _Staged(self._seq, spilled.base, spilled.tail, spilled.intent)
+                    if name in ORDERED_FILES:
+                        staged.marks = [(self._seq, len(spilled.tail))] if spilled.tail else []
+                    journal.staged[name] = staged
                 journals.append(journal)
             journals.append(_Journal(SpillJournal.create(run_dir, writer_id, self.url)))
         else:
@@ -166,6 +183,14 @@ class FsspecStorage:
         return f"FsspecStorage({self.url!r})"
 
     # ------------------------------------------------------------------ staging
+
+    def _lock_for(self, name: str) -> threading.Lock:
+        """The lock of one file: held by its upload; readers of the file wait for it."""
+        with self._state:
+            lock = self._locks.get(name)
+            if lock is None:
+                lock = self._locks[name] = threading.Lock()
+            return lock
 
     def _path(self, name: str) -> str:
         return f"{self._root}/{name}"
@@ -203,7 +228,12 @@ class FsspecStorage:
             self._seq += 1
             if staged is None:
                 staged = journal.staged[name] = _Staged(self._seq, None, b"", None)
+                if name in ORDERED_FILES:
+                    staged.marks = []
             staged.tail += data
+            staged.last = self._seq
+            if staged.marks is not None:
+                staged.marks.append((self._seq, len(staged.tail)))
             self._spill(journal, lambda spill: spill.append(name, data))
 
     def write(self, name: str, data: bytes) -> None:
@@ -215,7 +245,9 @@ class FsspecStorage:
             self._drop(name)
             self._seq += 1
             journal = self._journals[-1]
-            journal.staged[name] = _Staged(self._seq, data, b"", None)
+            staged = journal.staged[name] = _Staged(self._seq, data, b"", None)
+            if name in ORDERED_FILES:
+                staged.marks = []
             self._spill(journal, lambda spill: spill.stage_write(name, data))
 
     def truncate(self, name: str, size: int) -> None:
@@ -270,7 +302,7 @@ class FsspecStorage:
     def read(self, name: str) -> bytes:
         """The whole file, staged bytes included. Raises FileNotFoundError, StorageError."""
         check_name(name)
-        with self._commit:
+        with self._lock_for(name):
             with self._state:
                 base, tail = self._staged_view(name)
             if base is not None:
@@ -292,7 +324,7 @@ class FsspecStorage:
     def size(self, name: str) -> int:
         """Bytes in the file, staged bytes included. Raises FileNotFoundError."""
         check_name(name)
-        with self._commit:
+        with self._lock_for(name):
             with self._state:
                 base, tail = self._staged_view(name)
             if base is not None:
@@ -305,7 +337,7 @@ class FsspecStorage:
     def read_range(self, name: str, start: int, end: int | None = None) -> bytes:
         """Bytes ``[start, end)`` of the file (``end=None``: to the end; clipped to the size)."""
         check_name(name)
-        with self._commit:
+        with self._lock_for(name):
             with self._state:
                 base, tail = self._staged_view(name)
             if base is not None:
@@ -345,7 +377,7 @@ class FsspecStorage:
     def remove(self, name: str) -> None:
         """Delete the file now (staged bytes included). Raises FileNotFoundError."""
         self._check(name)
-        with self._commit:
+        with self._lock_for(name):
             with self._state:
                 had = self._drop(name)
                 self._seq += 1
@@ -372,6 +404,7 @@ class FsspecStorage:
                     f"cannot write a run to {self.url}: {type(exc).__name__}: {exc}. Check the bucket "
                     "name and that the credentials (storage_options) may list, create and delete objects there."
                 ) from exc
+            self.outage_at_open = f"{type(exc).__name__}: {exc}"  # RunLogger skips its start-up reads
             self._warn_once(
                 "outage",
                 f"rllog: {self.url} is unreachable at open ({type(exc).__name__}: {exc}); "
@@ -409,38 +442,53 @@ class FsspecStorage:
                 return
 
     def _cycle(self) -> BaseException | None:
-        """Upload everything staged, oldest first, stopping at the first failure."""
-        from tenacity import Retrying, retry_if_exception
-
+        """Upload everything staged: independent files concurrently (at most
+        :data:`UPLOAD_CONCURRENCY` at once, each retried on its own, so one failing file
+        does not hold back the others), then the ordered files (:data:`ORDERED_FILES`),
+        each append only once nothing staged before it is left. Returns the first
+        failure (None if none)."""
         with self._state:
             start = self._seq
-            work = sorted(
-                (
-                    (i, staged.seq, name, journal)
-                    for i, journal in enumerate(self._journals)
-                    for name, staged in journal.staged.items()
-                ),
-                key=lambda w: w[:2],
-            )
-        error: BaseException | None = None
-        try:
-            for _i, _seq, name, journal in work:
-                Retrying(
-                    retry=retry_if_exception(lambda e: self._kind(e) != "permanent"),
-                    wait=self._backoff,
-                    stop=lambda _state: self._stop.is_set(),
-                    sleep=self._sleep,
-                    before_sleep=self._on_retry,
-                    reraise=True,
-                )(self._upload_one, journal, name)
-        except Exception as exc:
-            error = exc
-            if self._kind(exc) == "permanent":
-                error = StoragePermanentError(f"cannot upload to {self.url}: {type(exc).__name__}: {exc}")
-                self._warn_once("permanent", f"rllog: {error}; rows are kept locally ({self._where()})")
+            oldest: dict[str, int] = {}
+            for journal in self._journals:
+                for name, staged in journal.staged.items():
+                    oldest[name] = min(oldest.get(name, staged.seq), staged.seq)
+        names = sorted(oldest, key=lambda n: oldest[n])
+        errors: list[BaseException] = []
+        futures: list[Future[None]] = []
+        for name in names:
+            if name not in ORDERED_FILES:
+                try:
+                    futures.append(self._pool.submit(self._upload_name, name))
+                except RuntimeError:  # the pool is shut down (interpreter exit): upload here
+                    futures.append(_run_now(self._upload_name, name))
+        for name in names:
+            if name in ORDERED_FILES:  # each time an older file is done, what it held back may go
+                running = set(futures)
+                while True:
+                    try:
+                        self._upload_name(name)
+                    except Exception as exc:
+                        errors.append(exc)
+                        break
+                    if not running or not self._staged_left(name):
+                        break
+                    done, running = wait(running, return_when=FIRST_COMPLETED)
+        wait(futures)
+        errors.extend(e for e in (future.exception() for future in futures) if e is not None)
+        error: BaseException | None = errors[0] if errors else None
+        if error is not None and self._kind(error) == "permanent":
+            error = StoragePermanentError(f"cannot upload to {self.url}: {type(error).__name__}: {error}")
+            self._warn_once("permanent", f"rllog: {error}; rows are kept locally ({self._where()})")
         with self._state:
-            if error is None and not self._closed:
+            left_behind = any(
+                staged.seq <= start and not staged.empty()
+                for journal in self._journals
+                for staged in journal.staged.values()
+            )
+            if error is None and not left_behind and not self._closed:
                 self._uploaded_seq = max(self._uploaded_seq, start)
+            if not self._closed:
                 for journal in self._journals[:-1]:
                     if not journal.staged:  # a dead writer's journal, all uploaded
                         self._spill(journal, lambda spill: spill.close(True))
@@ -448,6 +496,32 @@ class FsspecStorage:
             self._last_cycle = (start, error)
             self._wake.notify_all()
         return error
+
+    def _staged_left(self, name: str) -> bool:
+        with self._state:
+            return any(not j.staged[name].empty() for j in self._journals if name in j.staged)
+
+    def _upload_name(self, name: str) -> None:
+        """Upload ``name`` from each journal holding it, oldest journal first, retrying
+        transient failures with backoff until it is done or close gives up."""
+        from tenacity import Retrying, retry_if_exception
+
+        def once() -> None:
+            for journal in list(self._journals):
+                if name in journal.staged:
+                    self._upload_one(journal, name)
+                    staged = journal.staged.get(name)
+                    if staged is not None and not staged.empty():
+                        return  # an ordered file held back: a newer journal's appends wait too
+
+        Retrying(
+            retry=retry_if_exception(lambda e: self._kind(e) != "permanent"),
+            wait=self._backoff,
+            stop=lambda _state: self._stop.is_set(),
+            sleep=self._sleep,
+            before_sleep=self._on_retry,
+            reraise=True,
+        )(once)
 
     def _sleep(self, seconds: float) -> None:
         self._poke.wait(seconds)
@@ -476,13 +550,30 @@ class FsspecStorage:
 
     def _upload_one(self, journal: _Journal, name: str) -> None:
         """One attempt at uploading what is staged for ``name`` in ``journal``."""
-        with self._commit:
+        with self._lock_for(name):
             with self._state:
                 staged = journal.staged.get(name)
-                if staged is None or (staged.base is None and not staged.tail):
+                if staged is None or staged.empty():
                     journal.staged.pop(name, None)
                     return
-                base, tail, epoch, intent = staged.base, bytes(staged.tail), staged.epoch, staged.intent
+                base, full, epoch, intent = staged.base, bytes(staged.tail), staged.epoch, staged.intent
+                last = staged.last
+                tail = full
+                if staged.marks is not None:  # ordered: only what nothing older staged elsewhere waits for
+                    floor = min(
+                        (
+                            other.seq
+                            for j in self._journals
+                            for other_name, other in j.staged.items()
+                            if other_name != name and not other.empty()
+                        ),
+                        default=self._seq + 1,
+                    )
+                    if base is not None and staged.seq >= floor:
+                        return
+                    tail = full[: max((n for seq, n in staged.marks if seq < floor), default=0)]
+                    if base is None and not tail:
+                        return
             path = self._path(name)
             done = None
             if base is not None:
@@ -493,7 +584,7 @@ class FsspecStorage:
                 stat = self._ops.stat(path)
                 if stat is not None and stat.size >= size_before + length:
                     landed = self._ops.read_range(path, size_before, size_before + length)
-                    done = length if landed == tail[:length] else None
+                    done = length if landed == full[:length] else None
             if done is None:
 
                 def before_send(size_before: int) -> None:
@@ -514,6 +605,11 @@ class FsspecStorage:
                     del staged.tail[:done]
                     staged.intent = None
                     empty = not staged.tail
+                    if staged.marks is not None:
+                        staged.marks = [(seq, n - done) for seq, n in staged.marks if n > done]
+                        staged.seq = staged.marks[0][0] if staged.marks else staged.last + 1
+                    elif not empty:  # what is left was appended after this upload began
+                        staged.seq = last + 1
                     n, base_done = done, base is not None
                     self._spill(journal, lambda spill: spill.committed(name, n, base_done, empty))
                     if empty and journal.staged.get(name) is staged:
@@ -606,6 +702,7 @@ class FsspecStorage:
             self._stop.set()
             self._poke.set()
             self._thread.join(max(0.0, min(1.0, deadline + 1.0 - time.monotonic())))
+        self._pool.shutdown(wait=False)
         with self._state:  # from here the upload thread touches neither the journals nor the bucket
             self._closed = True
             _OPEN_STORAGES.discard(self)
@@ -636,14 +733,21 @@ class _Staged:
     remote file, then ``tail``. ``seq`` orders files for upload; ``epoch`` changes when
     the file is rewritten or removed; ``intent`` is an upload in flight."""
 
-    __slots__ = ("seq", "base", "tail", "intent", "epoch")
+    __slots__ = ("seq", "last", "base", "tail", "intent", "epoch", "marks")
 
     def __init__(self, seq: int, base: bytes | None, tail: bytes, intent: tuple[int, int] | None) -> None:
-        self.seq = seq
+        self.seq = seq  # no staged byte of this file is older than this (a lower bound)
+        self.last = seq  # the newest append or write
         self.base = base
         self.tail = bytearray(tail)
         self.intent = intent
         self.epoch = 0
+        #: ordered files (:data:`ORDERED_FILES`) only: (seq, tail length after it) per
+        #: append, so an upload sends only the appends with nothing older staged elsewhere
+        self.marks: list[tuple[int, int]] | None = None
+
+    def empty(self) -> bool:
+        return self.base is None and not self.tail
 
 
 class _Journal:
@@ -698,6 +802,17 @@ def _close_at_exit() -> None:
             )
     for storage in list(_OPEN_STORAGES):
         storage.close()
+
+
+def _run_now(fn: Callable[[str], None], name: str) -> Future[None]:
+    """``fn(name)`` in this thread, as a finished future."""
+    future: Future[None] = Future()
+    try:
+        fn(name)
+        future.set_result(None)
+    except Exception as exc:
+        future.set_exception(exc)
+    return future
 
 
 def _make_fsspec_storage(url: str, options: dict[str, Any]) -> FsspecStorage:

@@ -1,11 +1,14 @@
 """Checkpoint records: appended to checkpoints.jsonl only after everything logged before them is durable.
 
-A resume must never point past data that was lost, so a record waits until the metric
-rows and rollout summary files logged before it are in the backend (fsync locally,
-uploaded on object stores). Locally that is an fsync or two, done in the caller's
-thread (~1 ms); on an object store a background thread ("rllog-checkpoints") waits for
-the upload, so a slow bucket never stalls the loop. Records are appended in the order
-they were logged.
+A resume must never point past data that was lost, so a record reaches the backend only
+after the metric rows and rollout summary files logged before it. Locally the record is
+appended after an fsync of those (an fsync or two in the caller's thread, ~1 ms). On an
+object store the record is staged right after them: the storage uploads checkpoints.jsonl
+appends only once nothing staged before them is left (:data:`rllog._storage.staged.ORDERED_FILES`),
+so a record is never behind unrelated files logged after it, and it is in the spill
+journal at once (a close that gives up leaves it there, after its rows, for the next
+writer on this machine). A background thread ("rllog-checkpoints") waits for the upload,
+so a slow bucket never stalls the loop. Records are appended in the order they were logged.
 
 Record format (docs/FORMATS.md, checkpoints.jsonl)::
 
@@ -116,6 +119,7 @@ class CheckpointCommitter:
         self.pending: list[tuple[int, str, bytes]] = []  # (number, name, line), oldest first
         self._added = 0  # records added so far; a record's number is its position
         self._unflushed = False  # records appended whose durability nobody has waited for yet
+        self._unconfirmed: list[tuple[int, str]] = []  # records staged (object stores), not yet seen uploaded
         self._cut_to: int | None = None  # checkpoints.jsonl must be cut back to this size first
         self._fork_safe()
 
@@ -143,6 +147,11 @@ class CheckpointCommitter:
         with self._lock:
             self._added += 1
             self.pending.append((self._added, name, line))
+            if self._background:  # staged now, in logging order: after the rows and files logged before it
+                try:
+                    self._stage(self._added)
+                except OSError:
+                    pass  # the background commit retries and warns
         if not self._background:
             self.commit()
             return
@@ -193,24 +202,33 @@ class CheckpointCommitter:
                 if not self.pending and not self._unflushed:
                     return True
                 upto = self._added  # records added before the barrier below
-                if not self._metrics.drain():
-                    raise StorageError(f"{len(self._metrics.pending)} metric row(s) are not written yet")
-                if not self._rollouts.write():
-                    raise StorageError(
-                        f"{len(self._rollouts.unwritten)} rollout summary file(s) or report(s) are not written yet"
-                    )
-            self._storage.flush(durable=True, timeout=left())  # rows and files before the records
+                if self._background:  # the storage uploads the records after what was staged before them
+                    if in_thread and self._stop:
+                        return False  # close took over
+                    self._stage(upto)
+                else:
+                    self._drain()
+            if not self._background:
+                self._storage.flush(durable=True, timeout=left())  # rows and files before the records
+                with self._lock:
+                    if in_thread and self._stop:
+                        return False  # close took over
+                    self._append(upto)
             with self._lock:
-                if in_thread and self._stop:
-                    return False  # close took over
-                self._append(upto)
+                confirming = self._unconfirmed[-1][0] if self._unconfirmed else 0
             self._storage.flush(durable=True, timeout=left())
             with self._lock:
+                self._unconfirmed = [(n, name) for n, name in self._unconfirmed if n > confirming]
                 if not self.pending:
                     self._unflushed = False
         except OSError as exc:
             names = [n for _, n, _ in self.pending]
-            if names:
+            if self._unconfirmed and not names:
+                what = (
+                    f"checkpoint record(s) {[name for _, name in self._unconfirmed]} are not uploaded to {self._storage.url} yet ({exc}); "
+                    "they are kept after their rows (memory and the spill journal) and uploaded after them."
+                )
+            elif names:
                 what = (
                     f"checkpoint record(s) {names} held back: what was logged before them is not durable in "
                     f"{self._storage.url} ({exc}). Training goes on; they are written once it is."
@@ -223,6 +241,27 @@ class CheckpointCommitter:
             self._warn(f"checkpoint:{type(exc).__name__}", what)
             return False
         return not self.pending
+
+    def _drain(self) -> None:
+        """(under the lock) Hand held metric rows and rollout files to the storage.
+
+        Raises:
+            StorageError: some are still refused by the backend.
+        """
+        if not self._metrics.drain():
+            raise StorageError(f"{len(self._metrics.pending)} metric row(s) are not written yet")
+        if not self._rollouts.write():
+            raise StorageError(
+                f"{len(self._rollouts.unwritten)} rollout summary file(s) or report(s) are not written yet"
+            )
+
+    def _stage(self, upto: int) -> None:
+        """(under the lock, object stores) Stage the records numbered up to ``upto`` right
+        after the rows and files logged before them; the storage uploads checkpoints.jsonl
+        only after everything staged before it."""
+        if self.pending and self.pending[0][0] <= upto:
+            self._drain()
+            self._append(upto)
 
     def _append(self, upto: int) -> None:
         """(under the lock) Append the held records numbered up to ``upto``, oldest first.
@@ -246,11 +285,19 @@ class CheckpointCommitter:
                     storage.truncate(CHECKPOINTS_FILE, before)
                     self._cut_to = None
                     raise
-            self.pending.pop(0)
+            number, name, _ = self.pending.pop(0)
+            if not local:
+                self._unconfirmed.append((number, name))
             self._unflushed = True
 
     def unwritten_message(self) -> str | None:
         """At close: which records never became durable, or None."""
+        if not self.pending and self._unconfirmed:
+            return (
+                f"checkpoint record(s) {[name for _, name in self._unconfirmed]} were not uploaded to {self._storage.url}/"
+                f"{CHECKPOINTS_FILE} before close; they are in the spill journal after the rows before them, "
+                "and the next writer of this run on this machine uploads them after those rows"
+            )
         if not self.pending:
             return None
         lines = b"".join(line for _, _, line in self.pending).decode()

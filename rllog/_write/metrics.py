@@ -23,6 +23,7 @@ from typing import Any
 from rllog._format.codec import MetricsEncoder
 from rllog._format.layout import METRICS_FILE
 from rllog._format.vocab import CONSOLE_KEYS
+from rllog.errors import StorageError
 from rllog.storage import LocalStorage, Storage
 
 __all__ = ["MetricsWriter"]
@@ -138,11 +139,47 @@ class MetricsWriter:
         self._last_row = {**last, **row}
 
     def drain(self) -> bool:
-        """Write the held-back rows, in order; True when none is left."""
+        """Write the held-back rows, in order; True when none is left. Locally, first
+        notices a run folder deleted mid-run and recreates it (:meth:`_relink`)."""
         self._check_fork()
         with self._lock:
+            if self._fd is not None and isinstance(self.storage, LocalStorage):
+                try:
+                    self._relink(self.storage)
+                except StorageError as exc:
+                    self._warn("folder-deleted", f"{exc}. Training goes on; no checkpoint record is written.")
+                    return False
             self._drain()
             return not self.pending
+
+    def _relink(self, storage: LocalStorage) -> None:
+        """(under the lock) If metrics.jsonl (or another kept-open file) was deleted with
+        the run folder, rewrite it from its still-open descriptor and warn, naming what
+        was rescued and what is lost. Rows go on to the new file.
+
+        Raises:
+            StorageError: the folder was deleted and could not be recreated (the rows
+                stay in the deleted file's descriptor; :meth:`drain` then says False, so
+                no checkpoint record claims them).
+        """
+        try:
+            rescued = storage.relink()
+        except OSError as exc:
+            raise StorageError(
+                f"the run folder {storage.url} was deleted while the run was writing to it, and "
+                f"recreating it failed: {exc}"
+            ) from exc
+        if not rescued:
+            return
+        self._fd = storage.append_fd(METRICS_FILE)
+        kept = ", ".join(f"{name} ({n} bytes)" for name, n in sorted(rescued.items()))
+        self._warn(
+            f"folder-deleted:{sorted(rescued.items())}",
+            f"the run folder {storage.url} (or files in it) was deleted while the run was writing to it. "
+            f"Recreated it and rewrote from the still-open files: {kept}; every row logged so far is kept. "
+            "Lost: the other files written before the deletion (config.json, code.diff, rollout summaries, "
+            "reports, run_status.json, and checkpoints.jsonl unless listed above).",
+        )
 
     def _drain(self) -> None:
         """(under the lock) ``_offset`` bytes of the first held row are already in the file

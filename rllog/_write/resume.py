@@ -18,12 +18,20 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from rllog._format.codec import decode_json
-from rllog._format.jsonl import row_step
+from rllog._format.jsonl import parse_lines, row_step
 from rllog._format.layout import LOCK_FILE, METRICS_FILE, SUPERSEDED_FILE, TORN_SUFFIX
 from rllog.errors import StorageError
 from rllog.storage import LocalStorage, Storage
 
-__all__ = ["lock_run", "unlock_run", "repair_torn_tail", "supersede", "resume_position", "timestamped"]
+__all__ = [
+    "lock_run",
+    "unlock_run",
+    "repair_torn_tail",
+    "supersede",
+    "missing_rows",
+    "resume_position",
+    "timestamped",
+]
 
 
 def lock_run(storage: Storage) -> tuple[int | None, str | None]:
@@ -194,6 +202,20 @@ def _moves(position: Any, point: int) -> bool:
     return isinstance(position, (int, float)) and position >= point
 
 
+def damaged_lines(storage: Storage, name: str) -> list[str]:
+    """One message per line of ``name`` that is not a JSON object (what every reader
+    skips), with its line number; streamed in :data:`_CHUNK`-byte blocks, each checked
+    by one msgspec call when clean (:func:`rllog._format.jsonl.parse_lines`)."""
+    try:
+        size = storage.size(name)
+    except FileNotFoundError:
+        return []
+    problems: list[str] = []
+    for first, _, lines in _iter_blocks(storage, name, size):
+        problems += parse_lines(b"\n".join(lines) + b"\n", name, first)[1]
+    return problems
+
+
 def supersede(storage: Storage, point: int, note: Callable[..., None]) -> None:
     """Move metric rows whose position (:func:`resume_position`) is >= ``point`` to
     metrics.superseded.jsonl: appended there and made durable first, then cut from
@@ -216,12 +238,9 @@ def supersede(storage: Storage, point: int, note: Callable[..., None]) -> None:
     first_moved: int | None = None  # byte offset of the first row to move
     kept_after = 0  # rows to keep that come after first_moved
     n_moved = n_kept = 0
-    for first, start, lines in _iter_blocks(storage, METRICS_FILE, size):
+    for _first, start, lines in _iter_blocks(storage, METRICS_FILE, size):
         positions = _positions(lines)
         moved = [_moves(p, point) for p in positions]
-        for i, p in enumerate(positions):
-            if p is _NOT_JSON:
-                note(f"{storage.url}/{METRICS_FILE} line {first + i}: not JSON; kept in place")
         if True in moved:
             if first_moved is None:
                 i = moved.index(True)
@@ -249,6 +268,48 @@ def supersede(storage: Storage, point: int, note: Callable[..., None]) -> None:
         f"resuming at step {point}: moved {n_moved} metric rows with step >= {point} "
         f"to {SUPERSEDED_FILE} ({n_kept} rows kept)",
         problem=False,
+    )
+
+
+def missing_rows(storage: Storage, point: int, record: dict[str, Any]) -> str | None:
+    """At resume: a message when metrics.jsonl lacks rows the checkpoint ``record`` was
+    written after (a gap), else None. Rows that were fsynced before the record yet are
+    gone mean the filesystem or disk acknowledged writes it had not made durable (power
+    loss), or the file was cut.
+
+    The last row before ``point`` (position by :func:`resume_position`) is compared with
+    the record's ``last_logged_step`` when it has one (exact), else with ``point - 1``,
+    allowing the largest step between consecutive rows (a loop that logs every 10th
+    batch leaves 9 positions before a checkpoint). Streams the file in ranged reads.
+    """
+    try:
+        size = storage.size(METRICS_FILE)
+    except FileNotFoundError:
+        size = 0
+    last: int | float | None = None
+    stride: int | float = 1
+    for _first, _start, lines in _iter_blocks(storage, METRICS_FILE, size):
+        for p in _positions(lines):
+            if isinstance(p, (int, float)) and not isinstance(p, bool) and p < point:
+                if last is not None and p > last:
+                    stride = max(stride, p - last)
+                last = p if last is None else max(last, p)
+    logged = record.get("last_logged_step")
+    expected: int | float
+    slack: int | float
+    if isinstance(logged, (int, float)) and not isinstance(logged, bool) and logged < point:
+        expected, slack = logged, 0
+    else:
+        expected, slack = point - 1, stride - 1
+    if expected < 0 or (last is not None and last >= expected - slack):
+        return None
+    have = "no row before it" if last is None else f"the last row before it is at {last:g}"
+    gap = f"up to {expected:g}" if last is None else f"after {last:g} up to {expected:g}"
+    return (
+        f"checkpoint {record.get('name')!r} was written after rows up to position {expected:g}, but "
+        f"{storage.url}/{METRICS_FILE} has {have}: the rows {gap} are missing. They were made "
+        "durable before the record, so the filesystem or disk lost acknowledged writes (a power loss on "
+        "storage that lies about fsync), or the file was cut. The run resumes at the record; the gap stays."
     )
 
 

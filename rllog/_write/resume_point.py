@@ -32,15 +32,13 @@ from typing import Any
 
 from rllog._format.codec import decode_json
 from rllog._format.jsonl import iter_lines
-from rllog._format.layout import CONFIG_FILE, METRICS_FILE, parse_artifact_name
+from rllog._format.layout import CONFIG_FILE, METRICS_FILE, SUPERSEDED_DIR, parse_artifact_name
 from rllog.storage import Storage
 
 __all__ = ["choose_record", "resume_point", "move_reports_aside", "LAST_LOGGED_KEY", "SUPERSEDED_DIR"]
 
 #: checkpoint record key: the highest metric-row position logged before the checkpoint
 LAST_LOGGED_KEY = "last_logged_step"
-#: folder the crashed run's iteration reports and rollout summaries are moved to on resume
-SUPERSEDED_DIR = "superseded"
 _BATCHES_KEYS = ("batches_per_epoch", "n_batches", "num_batches", "steps_per_epoch")
 
 

@@ -24,7 +24,7 @@ One line per trajectory, keys in this order (the format tinker-cookbook's
 - NaN and ±Infinity rewards or metrics are kept: written as the tokens ``NaN``,
   ``Infinity``, ``-Infinity`` (Python's ``json`` and pandas read them), or as ``null``
   with ``strict_json``; the reader turns a null reward back into NaN.
-- Strings with lone surrogates are written as ``\\uXXXX`` escapes.
+- Lone surrogates in strings are written as U+FFFD (the rule of :mod:`rllog._format.codec`).
 
 Each file is written whole and atomically through :meth:`Storage.write`; writing the
 same iteration and split again (a resumed run re-doing an iteration) replaces it.
@@ -135,13 +135,10 @@ _ENCODER = msgspec.json.Encoder()
 
 
 def _encode_slow(record: TrajectorySummary, strict_json: bool) -> bytes:
-    """Python's json for records with non-finite floats (tokens or null) or lone surrogates."""
+    """Python's json for records with non-finite floats (tokens or null) or lone surrogates
+    (U+FFFD, the rule of :mod:`rllog._format.codec`)."""
     plain = to_jsonable(msgspec.to_builtins(record), "rollout summary", strict_json, raw=False)
-    text = json.dumps(plain, separators=(",", ":"), ensure_ascii=False)
-    try:
-        return text.encode()
-    except UnicodeEncodeError:
-        return json.dumps(plain, separators=(",", ":"), ensure_ascii=True).encode()
+    return json.dumps(plain, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def _encode(records: list[TrajectorySummary], dirty: set[int], strict_json: bool) -> bytes:

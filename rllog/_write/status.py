@@ -32,9 +32,14 @@ def _previous(storage: Storage) -> dict[str, Any]:
     return old if isinstance(old, dict) else {}
 
 
-def mark_started(storage: Storage, warn: Callable[[str, str], None]) -> dict[str, Any] | None:
-    """Write ``{"state": "running", "starts": previous + 1, ...}``; returns the record (None if not written)."""
-    old = _previous(storage)
+def mark_started(
+    storage: Storage, warn: Callable[[str, str], None], read_previous: bool = True
+) -> dict[str, Any] | None:
+    """Write ``{"state": "running", "starts": previous + 1, ...}``; returns the record (None if not written).
+
+    ``read_previous=False`` (the store did not answer at open: a read would wait out its
+    retries) counts afresh, as for an unreadable marker."""
+    old = _previous(storage) if read_previous else {}
     starts = old.get("starts")
     now = _now()
     record = {

@@ -28,6 +28,7 @@ from typing import Any
 
 import msgspec
 
+from rllog._format.codec import clean_strings, encode_html
 from rllog._templates import environment
 from rllog.logtree._model import Node, TraceDoc, TraceView
 
@@ -93,8 +94,8 @@ def encode_doc(doc: TraceDoc, strict_json: bool, nonfinite: bool) -> bytes:
     """The logtree JSON bytes of ``doc``; ``nonfinite``: a NaN/Infinity may be somewhere in it.
 
     msgspec encodes the common case in one pass. Two cases take Python's ``json``
-    (C encoder, ``ensure_ascii``): lone surrogates, in values or keys, which msgspec
-    refuses (written as ``\\uXXXX`` escapes, read back to the same string), and
+    (C encoder): lone surrogates, in values or keys, which msgspec refuses (written as
+    U+FFFD, the rule of :mod:`rllog._format.codec`), and
     non-finite floats, which msgspec writes as ``null`` (written as ``NaN``/``Infinity``
     tokens, or ``null`` with ``strict_json``).
     """
@@ -103,10 +104,10 @@ def encode_doc(doc: TraceDoc, strict_json: bool, nonfinite: bool) -> bytes:
             return _ENCODER.encode(doc)
         except UnicodeEncodeError:
             pass
-    plain = msgspec.to_builtins(doc)
+    plain = clean_strings(msgspec.to_builtins(doc))
     if strict_json and nonfinite:
         plain = _nulls(plain)
-    return json.dumps(plain, ensure_ascii=True, separators=(",", ":"), allow_nan=True).encode("ascii")
+    return json.dumps(plain, ensure_ascii=False, separators=(",", ":"), allow_nan=True).encode()
 
 
 def _nulls(value: Any) -> Any:
@@ -124,12 +125,8 @@ def _nulls(value: Any) -> Any:
 
 
 def html_bytes(view: TraceView) -> bytes:
-    """The HTML page as UTF-8; lone surrogates become visible ``\\udXXX`` escapes."""
-    page = render_html(view)
-    try:
-        return page.encode("utf-8")
-    except UnicodeEncodeError:
-        return page.encode("utf-8", "backslashreplace")
+    """The HTML page as UTF-8; lone surrogates are shown as a marked U+FFFD (:func:`encode_html`)."""
+    return encode_html(render_html(view))
 
 
 def render_html(view: TraceView) -> str:

@@ -13,7 +13,9 @@ import ipaddress
 import secrets
 from typing import Any
 
-__all__ = ["create_app", "serve", "is_loopback"]
+from rllog._format.terminal import escape_controls
+
+__all__ = ["create_app", "serve", "is_loopback", "url_host"]
 
 
 def is_loopback(host: str) -> bool:
@@ -24,6 +26,14 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def url_host(host: str) -> str:
+    """``host`` as it goes in a URL or a Host header: an IPv6 address in brackets (``[::1]``)."""
+    try:
+        return f"[{host}]" if ipaddress.ip_address(host.strip("[]")).version == 6 else host
+    except ValueError:
+        return host
 
 
 def create_app(
@@ -78,9 +88,11 @@ def serve(
             f"--host {host} is not a loopback address: anyone who can reach it could read your runs. "
             "Pass --token TOKEN (or --token auto) to require an access token, or bind 127.0.0.1"
         )
-    hosts = ["127.0.0.1", "localhost", "[::1]"] + ([] if is_loopback(host) else ["*"])
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else url_host(host)
+    # the Host header a browser sends for the URL printed: the bound address itself
+    # (127.0.0.2, [::1]) besides the loopback names; any host with a token
+    hosts = ["127.0.0.1", "localhost", "[::1]", shown.lower()] + ([] if is_loopback(host) else ["*"])
     app = create_app(paths, token=token, hosts=hosts, storage_options=storage_options)
-    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     url = f"http://{shown}:{port}/" + (f"?token={token}" if token else "")
-    echo(f"rllog serve: {url}  (Ctrl-C to stop)")
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    echo(escape_controls(f"rllog serve: {url}  (Ctrl-C to stop)"))
+    uvicorn.run(app, host=host.strip("[]"), port=port, log_level="warning")

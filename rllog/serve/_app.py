@@ -35,6 +35,7 @@ from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 
 from rllog._format.layout import CODE_DIFF_FILE
+from rllog._format.vocab import KEY_METRICS
 from rllog._read.search import compile_pattern, search_rollouts
 from rllog.serve._catalog import Catalog, RunEntry, threshold_value
 
@@ -119,6 +120,18 @@ def create_app(catalog: Catalog, *, token: str | None = None, hosts: list[str] |
             raise _NotFound(entry.error or f"run {entry.name!r} could not be read")
         return entry
 
+    def one_run(handler: Callable[[Request, RunEntry], Response]) -> Callable[[Request], Response]:
+        """``handler`` with its run held: a :class:`rllog.Run` parses its rows on first use and
+        is not safe to read from two threads (the worker, other requests) at once."""
+
+        def endpoint(request: Request) -> Response:
+            entry = run_or_404(request)
+            with entry.lock:
+                return handler(request, entry)
+
+        endpoint.__name__ = handler.__name__
+        return endpoint
+
     def page(request: Request) -> Response:
         name, media = files[request.url.path]
         return FileResponse(_static(name), media_type=media)
@@ -131,10 +144,17 @@ def create_app(catalog: Catalog, *, token: str | None = None, hosts: list[str] |
         for entry in catalog.runs():
             entry.refresh()
             out.append(entry.summary())
-        return _Json({"runs": out, "roots": catalog.roots, "problems": catalog.problems})
+        return _Json(
+            {
+                "runs": out,
+                "roots": catalog.roots,
+                "problems": catalog.problems,
+                "key_metrics": list(KEY_METRICS),
+            }
+        )
 
-    def metrics(request: Request) -> Response:
-        entry = run_or_404(request)
+    @one_run
+    def metrics(request: Request, entry: RunEntry) -> Response:
         return _Json(
             {
                 "id": entry.id,
@@ -144,14 +164,17 @@ def create_app(catalog: Catalog, *, token: str | None = None, hosts: list[str] |
             }
         )
 
-    def series(request: Request) -> Response:
-        entry = run_or_404(request)
+    @one_run
+    def series(request: Request, entry: RunEntry) -> Response:
         key = request.query_params.get("key", "")
         if key not in entry.metric_names():
             raise _NotFound(f"run {entry.name!r} has no numeric metric {key!r}")
         points = min(max(_int(request, "points", 2000) or 2000, 10), _MAX_POINTS)
         x = request.query_params.get("x") or (entry.require().step_key or "row")
-        out = entry.series(key, x, points, _float(request, "x0"), _float(request, "x1"))
+        smooth = _float(request, "smooth") or 0.0
+        if not 0.0 <= smooth < 1.0:
+            raise _BadRequest(f"query parameter smooth must be in [0, 1), got {smooth}")
+        out = entry.series(key, x, points, _float(request, "x0"), _float(request, "x1"), smooth=smooth)
         out["findings"] = [
             {**f, "threshold_value": threshold_value(f["threshold"])}
             for f in entry.findings() or []  # None while the doctor has not reported yet
@@ -160,8 +183,8 @@ def create_app(catalog: Catalog, *, token: str | None = None, hosts: list[str] |
         out["version"] = entry.version
         return _Json(out)
 
-    def detail(request: Request) -> Response:
-        entry = run_or_404(request)
+    @one_run
+    def detail(request: Request, entry: RunEntry) -> Response:
         run = entry.require()
         diff = None
         if run.metrics_name == "metrics.jsonl":
@@ -181,8 +204,8 @@ def create_app(catalog: Catalog, *, token: str | None = None, hosts: list[str] |
             }
         )
 
-    def iterations(request: Request) -> Response:
-        entry = run_or_404(request)
+    @one_run
+    def iterations(request: Request, entry: RunEntry) -> Response:
         out = []
         run = entry.require()
         for it in run.iterations:
@@ -193,6 +216,9 @@ def create_app(catalog: Catalog, *, token: str | None = None, hosts: list[str] |
                     "eval": ev,
                     "label": "train" if ev is None else run.eval_display_name(ev),
                     "kinds": sorted(has),
+                    "report": next(  # served at files/<report>, so its relative links work
+                        (a.name for a in it.artifacts if a.eval_name == ev and a.kind == "html"), None
+                    ),
                 }
                 if "rollout_summaries" in has:
                     item.update(_reward_stats(run.rollout_summaries(it.iteration, ev)))
@@ -200,8 +226,8 @@ def create_app(catalog: Catalog, *, token: str | None = None, hosts: list[str] |
             out.append({"iteration": it.iteration, "splits": splits})
         return _Json({"iterations": out})
 
-    def rollouts(request: Request) -> Response:
-        entry = run_or_404(request)
+    @one_run
+    def rollouts(request: Request, entry: RunEntry) -> Response:
         iteration = _int(request, "iteration")
         if iteration is None:
             raise _BadRequest("query parameter iteration is required")
@@ -214,13 +240,29 @@ def create_app(catalog: Catalog, *, token: str | None = None, hosts: list[str] |
             {"iteration": iteration, "eval": ev, "groups": _groups(records), **_reward_stats(records)}
         )
 
-    def report(request: Request) -> Response:
-        entry = run_or_404(request)
+    @one_run
+    def report(request: Request, entry: RunEntry) -> Response:
         iteration = _int(request, "iteration")
         if iteration is None:
             raise _BadRequest("query parameter iteration is required")
         try:
             html = entry.require().html(iteration, request.query_params.get("eval") or None)
+        except FileNotFoundError as exc:
+            raise _NotFound(str(exc)) from None
+        return Response(
+            html, media_type="text/html; charset=utf-8", headers={"Content-Security-Policy": REPORT_CSP}
+        )
+
+    @one_run
+    def run_file(request: Request, entry: RunEntry) -> Response:
+        """A page the run wrote (``index.html``, an iteration report), so the links between
+        them work inside the report frame: only ``.html`` names the run's own listing has."""
+        run = entry.require()
+        name = request.path_params["name"]
+        if not name.endswith(".html") or name not in {n for n, _ in run.files()}:
+            raise _NotFound(f"run {entry.name!r} has no page {name!r}")
+        try:
+            html = run.storage.read(name)
         except FileNotFoundError as exc:
             raise _NotFound(str(exc)) from None
         return Response(
@@ -251,8 +293,12 @@ def create_app(catalog: Catalog, *, token: str | None = None, hosts: list[str] |
                 break
         return _Json({"hits": hits, "files": searched, "truncated": len(hits) >= 300})
 
+    def favicon(request: Request) -> Response:
+        return Response(status_code=204)  # none: the page declares none, this answers browsers that ask
+
     routes = [Route(path, page) for path in files]
     routes += [
+        Route("/favicon.ico", favicon),
         Route("/static/plotly.min.js", plotly),
         Route("/api/runs", runs),
         Route("/api/runs/{run_id}/metrics", metrics),
@@ -261,6 +307,7 @@ def create_app(catalog: Catalog, *, token: str | None = None, hosts: list[str] |
         Route("/api/runs/{run_id}/iterations", iterations),
         Route("/api/runs/{run_id}/rollouts", rollouts),
         Route("/api/runs/{run_id}/report", report),
+        Route("/api/runs/{run_id}/files/{name:path}", run_file),
         Route("/api/search", search),
     ]
 

@@ -71,6 +71,29 @@ def _killed_run(path: Path) -> None:
     subprocess.run([sys.executable, "-c", code, str(path)], env=env, check=False, timeout=60)
 
 
+LONG_NAME = "a-very-long-run-name-" * 8
+EVAL_TRAIN = "evaluator-named-train-777"
+
+
+def _write_review_runs(root: Path) -> None:
+    """Runs for the review's page fixes: numeric config values, NaN/Infinity and a flat metric,
+    an evaluator named "train", a very long name."""
+    for batch in (128, 8, 16):
+        with RunLogger(root / "cfg" / f"b{batch}", config={"batch_size": batch}, code_diff=False) as lg:
+            for i in range(6):
+                weird = {1: math.nan, 2: math.inf, 3: -math.inf}.get(i, float(i))
+                lg.log_metrics(i, {"loss": 1.0 / (i + 1) + batch, "weird": weird, "flat": 7.0 if i % 2 else 6.9999999,
+                                   "time/total": 2.0})  # fmt: skip
+            if batch == 8:
+                sample = lambda text: [
+                    {"steps": [{"ob_len": 1, "ac_len": 1, "reward": 1.0, "logs": {"answer": text}}]}
+                ]
+                lg.log_rollouts(0, [sample("the train split's own sample")])
+                lg.log_rollouts(0, [sample(EVAL_TRAIN)], eval_name="train")
+    with RunLogger(root / LONG_NAME, code_diff=False) as lg:
+        lg.log_metrics(0, {"loss": 1.0, "env/all/reward/total": 0.5})
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory, gcs_server):
     from rllog._demo import DemoConfig, run_demo
@@ -80,6 +103,7 @@ def site(tmp_path_factory, gcs_server):
     run_demo(DemoConfig(log_path=str(root / "demo2"), n_batches=4, seed=1, save_every=2), quiet=True)
     _killed_run(root / "killed")
     _write_xss_run(root / "xss")
+    _write_review_runs(root)
     live = RunLogger(root / "live", code_diff=False)
     for i in range(3):
         live.log_metrics(i, {"loss": float(i), "env/all/reward/total": 0.5})
@@ -128,6 +152,8 @@ class Watch:
         self.page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
         self.page.on("console", lambda m: "Content Security Policy" in m.text and self.csp.append(m.text))
         self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.failed: list[str] = []  # responses >= 400 (a missing favicon was one on every load)
+        self.page.on("response", lambda r: r.status >= 400 and self.failed.append(f"{r.status} {r.url}"))
 
     def _request(self, req) -> None:
         url = req.url
@@ -147,6 +173,7 @@ class Watch:
         assert self.page.evaluate("window.__xss") is None
         assert self.foreign == [] and self.dialogs == [] and self.errors == []
         assert self.csp == [], self.csp
+        assert self.failed == [], self.failed
 
 
 def _status_of(w: Watch, name: str) -> str:
@@ -315,3 +342,127 @@ def test_xss_payloads_never_run_and_screenshots(site):
         for w_ in (1400, 400)
     )
     assert math.isfinite(1.0)
+
+
+def _right(w: Watch, selector: str) -> float:
+    return w.page.evaluate("(q) => document.querySelector(q).getBoundingClientRect().right", selector)
+
+
+def _trace(w: Watch, metric: str, js: str):
+    return w.page.evaluate(
+        f"() => {{ const gd = document.querySelector('.chart[data-metric=\"{metric}\"]'); {js} }}"
+    )
+
+
+def test_review_fixes_runs_table(site):
+    root = site["root"].name
+    for width in (1400, 400):  # a long name is cut: status (and at 1400 px steps, metrics) stay on screen
+        w = Watch(site, width)
+        w.go("/runs")
+        w.page.fill("#run-filter", "a-very-long-run-name")
+        row = f"#runs tbody tr[data-run='{w.run_id(f'{root}/{LONG_NAME}')}']"
+        assert _right(w, f"{row} td.status") <= width
+        if width == 1400:
+            assert _right(w, f"{row} td:last-child") <= width
+        assert w.page.locator(f"{row} td.name").get_attribute("title") == f"{root}/{LONG_NAME}"
+        w.page.close()
+    w = Watch(site)
+    w.go("/runs")
+    w.page.fill("#run-filter", "cfg/")
+    w.page.select_option("#cfg-col", "batch_size")
+    w.page.click("#runs th[data-col='batch_size']")
+    names = w.page.locator("#runs tbody td.name").all_inner_texts()
+    assert names == [f"{root}/cfg/b8", f"{root}/cfg/b16", f"{root}/cfg/b128"]  # 8 < 16 < 128, not text order
+    heads = w.page.locator("#runs th").all_inner_texts()
+    assert [h for h in heads if h in ("env/all/reward/total", "loss")] == ["loss"]  # metrics these runs have
+    # the name column stays in view when the table scrolls sideways
+    w.page.evaluate(
+        "() => { const s = document.querySelector('.scroll'); s.style.maxWidth = '500px'; s.scrollLeft = 400; }"
+    )
+    left = w.page.evaluate("() => document.querySelector('#runs tbody td.name').getBoundingClientRect().left")
+    box = w.page.evaluate("() => document.querySelector('.scroll').getBoundingClientRect().left")
+    assert abs(left - (box + 28)) < 3, (left, box)
+    w.page.click("#runs th[data-col='batch_size'] button.rm")  # an added column can be removed
+    assert w.page.locator("#runs th[data-col='batch_size']").count() == 0
+    assert json.loads(w.page.evaluate("() => localStorage.getItem('rllog.cols')")) == []
+    w.clean()
+
+
+def test_review_fixes_charts_and_rollouts(site):
+    root = site["root"].name
+    w = Watch(site)
+    w.go("/runs")
+    ids = [w.run_id(f"{root}/cfg/b{b}") for b in (8, 16)]
+    w.page.evaluate("(ids) => { state.selected = new Set(ids); saveSel(); }", ids)
+    w.go("/charts")
+    w.page.locator("#legend").wait_for()
+    legend = w.page.locator("#legend .legend-item")
+    assert sorted(legend.all_inner_texts()) == [f"{root}/cfg/b16", f"{root}/cfg/b8"]
+    w.page.fill("#metric-filter", "^weird$")
+    chart = w.page.locator('.chart[data-metric="weird"]')
+    chart.locator(".main-svg").first.wait_for()
+    colors = _trace(
+        w, "weird", "return gd.data.filter((t) => t.meta && t.meta.raw).map((t) => t.line.color);"
+    )
+    assert [legend.nth(i).get_attribute("data-color") for i in range(2)] == colors and colors[0] != colors[1]
+    bad = _trace(
+        w, "weird", "const t = gd.data.find((t) => t.meta && t.meta.nonfinite); return [t.x, t.y, t.text];"
+    )
+    assert bad[0] == [1, 2, 3, 1, 2, 3] and bad[1] == [0.97, 0.97, 0.03] * 2
+    assert {t.split(": ", 1)[1] for t in bad[2]} == {
+        "NaN at step 1",
+        "Infinity at step 2",
+        "-Infinity at step 3",
+    }
+    assert chart.locator(".scatterlayer .trace:last-child path.point").count() == 6  # drawn
+    w.page.screenshot(path=str(site["shots"] / "charts-legend-nonfinite-1400.png"))
+    # smoothing comes from the server's full-resolution EMA
+    smoothed = _trace(w, "weird", "return gd.data.find((t) => t.name.endsWith('(smoothed)')).y;")
+    api = w.page.evaluate(
+        "() => fetch(`/api/runs/${state.charts[0].traces[0].run.id}/series?key=weird&x=step&points=2000&smooth=${ctl.smooth}`).then((r) => r.json())"
+    )
+    assert ctl_smooth(w) > 0 and smoothed == api["smoothed"]["y"] and len(smoothed) == 3
+    # a flat metric (7.0 / 6.9999999) gets readable ticks
+    w.page.fill("#metric-filter", "^flat$")
+    flat = w.page.locator('.chart[data-metric="flat"]')
+    flat.locator(".main-svg").first.wait_for()
+    ticks = flat.locator(".ytick text").all_text_contents()
+    assert ticks and all(len(t.replace("\u2212", "-")) <= 5 for t in ticks), ticks
+    # a zoom on one x axis is not kept on another
+    w.page.evaluate(
+        "() => Plotly.relayout(document.querySelector('.chart[data-metric=\"flat\"]'), {'xaxis.range[0]': 1, 'xaxis.range[1]': 2})"
+    )
+    w.page.wait_for_function("() => state.charts[0].range !== null")
+    w.page.select_option("#xaxis", "wall time")
+    w.page.wait_for_function("() => state.charts[0].data && state.charts[0].data[0].x[0] === 2")
+    assert w.page.evaluate("() => state.charts[0].range") is None
+    assert _trace(w, "flat", "return gd.layout.xaxis.range;")[1] > 10  # the whole wall-time axis (12 s)
+    # an evaluator named "train" opens its own samples, not the training split's
+    w.go(f"/rollouts/{ids[0]}")
+    links = w.page.locator("#iterations a")
+    links.first.wait_for()
+    assert [t.split(" r=")[0].strip() for t in links.all_inner_texts()] == ["#0 train", "#0 eval: train"]
+    links.nth(1).click()
+    w.page.wait_for_selector(".group")
+    assert EVAL_TRAIN in w.page.locator("#rollout-body").inner_text()
+    links.nth(0).click()
+    w.page.wait_for_function(
+        "(t) => { const b = document.querySelector('#rollout-body'); "
+        "return b && b.querySelector('.group') && !b.innerText.includes(t); }",
+        arg=EVAL_TRAIN,
+    )
+    assert "the train split's own sample" in w.page.locator("#rollout-body").inner_text()
+    # the report's links open the run's pages inside the frame
+    demo = w.run_id(f"{root}/demo")
+    w.go(f"/rollouts/{demo}/1/train")
+    w.page.locator("details summary", has_text="iteration report").click()
+    frame = w.page.frame_locator("iframe.report")
+    frame.locator("a", has_text="iteration 2").click()
+    frame.locator("h1", has_text="Train iteration 2").wait_for()
+    frame.locator("a", has_text="Run index").click()
+    frame.locator("a[href='./train_iteration_000000.html']").first.wait_for()
+    w.clean()
+
+
+def ctl_smooth(w: Watch) -> float:
+    return w.page.evaluate("() => ctl.smooth")

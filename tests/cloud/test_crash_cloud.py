@@ -126,7 +126,7 @@ def test_dead_bucket_flush_and_close_keep_their_timeouts(request, kind):
     again = open_storage(url, **options)  # the next writer of the run adopts the journal
     again.close()
     assert [r["x"] for r in _rows(url, options)] == [float(i) for i in range(40)]
-    assert _checkpoints(url, options) == [20]
+    assert _checkpoints(url, options) == [20, 40]  # the held record was spilled after its rows, not dropped
 
 
 @pytest.mark.parametrize("kind", ["gcs", "s3"])
@@ -141,3 +141,50 @@ def test_write_denied_credentials_fail_at_open(request, kind):
     with pytest.raises(StoragePermanentError, match="create and delete objects"):
         RunLogger(url, code_diff=False, index=False, **options)
     assert any(method in ("PUT", "POST") for method, _, _ in proxy.stats.log)
+
+
+HOT_ROLLOUTS = "train_iteration_000010_rollout_summaries.jsonl"
+
+
+@pytest.mark.parametrize("kind", ["gcs", "s3"])
+def test_429_storm_drains_and_keeps_every_record(request, kind):
+    """A 429 storm: 3 in 10 requests throttled, and one rollout file, logged after the
+    last checkpoint, throttled on every request. The other files still drain while it
+    fails (uploads were one at a time and a cycle stopped at the first failure: 0/200
+    checkpoint records reached the bucket), and after the storm everything does."""
+    storm = {"on": True}
+
+    def schedule(n: int, method: str, path: str):
+        if not storm["on"]:
+            return None
+        if HOT_ROLLOUTS in path or (n * 2654435761) % 10 < 3:
+            return ("status", 429)
+        return None
+
+    url, options, proxy = _proxied(request, kind, schedule)
+    direct = _server(request, kind).storage_options()  # the test reads the bucket around the proxy
+    storm["on"] = False  # the write probe at open is not the subject
+    logger = RunLogger(url, code_diff=False, index=False, flush_interval=0.2, flush_timeout=20, **options)
+    logger.storage.backoff_initial, logger.storage.backoff_max = 0.05, 0.5
+    storm["on"] = True
+    group = [[{"steps": [{"reward": 1.0}]}]]
+    for it in range(10):
+        for step in range(it * 20, it * 20 + 20):
+            logger.log_metrics(step, {"x": float(step)})
+        logger.log_rollouts(it, group)
+        logger.log_checkpoint(f"{it * 20 + 20:06d}", batch=it * 20 + 20)
+    logger.log_rollouts(10, group)  # the hot file: throttled as long as the storm lasts
+    deadline = time.monotonic() + 60  # ends as soon as they are there (~3 s alone; 2 cores shared in CI)
+    while _checkpoints(url, direct) != list(range(20, 201, 20)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _checkpoints(url, direct) == list(range(20, 201, 20))  # not held behind the hot file
+    assert [r["x"] for r in _rows(url, direct)] == [float(i) for i in range(200)]
+    reader = open_storage(url, "r", **direct)
+    assert not reader.exists(HOT_ROLLOUTS)  # the storm still holds it
+    storm["on"] = False
+    logger.close()
+    assert proxy.stats.faults > 0
+    reader = open_storage(url, "r", **direct)
+    assert all(reader.exists(f"train_iteration_{it:06d}_rollout_summaries.jsonl") for it in range(11))
+    assert [r["x"] for r in _rows(url, direct)] == [float(i) for i in range(200)]
+    assert _checkpoints(url, direct) == list(range(20, 201, 20))

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from realdata import FULL, REALDATA, SKIP_PREFIX
 
 from rllog import RunLogger
 from rllog.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
-REALDATA = REPO.parent / "shared" / "realdata"
 
 
 def make_run(path, lr: float, n: int = 5) -> None:
@@ -56,10 +56,10 @@ def test_summary_of_a_run(tmp_path):
     assert "iterations   1 (4..4): train html 1" in out
     assert "checkpoints  1, last: name=000005, batch=5, final=True" in out
     assert "learning_rate=0.0003" in out and "warnings" not in out
-    info = json.loads(invoke("summary", "--json", "-k", "optim/entropy", "-k", "nope", str(tmp_path / "run")))
-    assert info["last"] == [{"key": "optim/entropy", "value": 0.6, "step": 4}] and info["missing_keys"] == [
-        "nope"
-    ]
+    info = json.loads(invoke("summary", "--json", "-k", "optim/entropy", str(tmp_path / "run")))
+    assert info["last"] == [{"key": "optim/entropy", "value": 0.6, "step": 4}] and info["missing_keys"] == []
+    unknown = CliRunner().invoke(main, ["summary", "-k", "optim/entropi", str(tmp_path / "run")])
+    assert unknown.exit_code == 2 and "closest: optim/entropy" in unknown.output  # unknown keys are errors
     assert info["rows"] == 5 and {f["name"] for f in info["files"]} >= {"metrics.jsonl", "config.json"}
 
 
@@ -85,10 +85,10 @@ def test_tail_prints_the_last_rows(tmp_path):
     out = invoke("tail", "-n", "2", str(tmp_path / "run"))
     rows = [json.loads(x) for x in out.splitlines()]
     assert [r["step"] for r in rows] == [3, 4] and rows[1]["env/all/reward/total"] == 0.4
-    out = invoke(
-        "tail", "-n", "1", "-k", "optim/entropy", "-k", "missing", str(tmp_path / "run/metrics.jsonl")
-    )
-    assert out.strip() == "step=4  optim/entropy=0.6  missing=-"
+    out = invoke("tail", "-n", "1", "-k", "optim/entropy", str(tmp_path / "run/metrics.jsonl"))
+    assert out.strip() == "step=4  optim/entropy=0.6"
+    unknown = CliRunner().invoke(main, ["tail", "-k", "missing", str(tmp_path / "run/metrics.jsonl")])
+    assert unknown.exit_code == 2 and "'missing' is not a metric" in unknown.output  # not "-" forever
     result = CliRunner().invoke(main, ["tail", str(tmp_path / "missing")])
     assert (
         result.exit_code == 2 and "no run folder at" in result.output and not (tmp_path / "missing").exists()
@@ -96,8 +96,8 @@ def test_tail_prints_the_last_rows(tmp_path):
 
 
 def test_import_commands_then_summary(tmp_path):
-    if not REALDATA.is_dir():
-        pytest.skip(f"real data folder {REALDATA} is missing")
+    if not FULL:
+        pytest.skip(f"{SKIP_PREFIX} {REALDATA} is missing; this test imports files not in the small copy")
     state = next(REALDATA.rglob("checkpoint-160/trainer_state.json"))
     out = invoke("import", "trl", str(state), str(tmp_path / "trl"))
     assert "168 rows, steps 1..160; config.json written" in out

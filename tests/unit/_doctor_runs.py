@@ -9,7 +9,7 @@ import random
 import shutil
 from pathlib import Path
 
-REALDATA = Path(__file__).resolve().parents[2].parent / "shared" / "realdata"
+from realdata import REALDATA  # ../shared/realdata, else the copy in tests/data
 
 
 def write_run(folder: Path, rows: list[dict], config=None, checkpoints=(), files=()) -> Path:

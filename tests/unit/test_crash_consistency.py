@@ -183,3 +183,94 @@ def _dead_pid() -> int:
         os._exit(0)
     os.waitpid(pid, 0)
     return pid
+
+
+def test_run_folder_deleted_mid_run_is_recreated_with_every_row(tmp_path):
+    """``rm -rf`` of the run folder mid-run: rows went on to an unlinked file, a
+    checkpoint record claimed them and nothing was said. Now the next checkpoint notices,
+    rewrites metrics.jsonl and checkpoints.jsonl from their open files, and warns."""
+    import shutil
+
+    run = tmp_path / "run"
+    logger = RunLogger(str(run), code_diff=False, index=False)
+    for i in range(20):
+        logger.log_metrics(i, {"x": float(i)})
+    logger.log_checkpoint("000020", batch=20)
+    shutil.rmtree(run)
+    for i in range(20, 30):
+        logger.log_metrics(i, {"x": float(i)})
+    logger.log_checkpoint("000030", batch=30)
+    said = "\n".join(logger.warnings)
+    assert "was deleted" in said and "metrics.jsonl" in said and "Lost:" in said, said
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_bytes().splitlines()]
+    assert [r["x"] for r in rows] == [float(i) for i in range(30)]
+    records = [json.loads(line) for line in (run / CHECKPOINTS_FILE).read_bytes().splitlines()]
+    assert [r["batch"] for r in records] == [20, 30]
+    logger.close()
+    resumed = RunLogger(str(run), resume=True, code_diff=False, index=False)
+    assert resumed.resume_state is not None and resumed.resume_state.batch == 30
+    resumed.close()
+
+
+def test_run_folder_that_cannot_be_recreated_gets_no_checkpoint_record(tmp_path):
+    """The folder is deleted and a file takes its place: the rows cannot be rescued now,
+    so no checkpoint record claims them; once the folder can be made again, both are."""
+    import shutil
+
+    run = tmp_path / "run"
+    logger = RunLogger(str(run), code_diff=False, index=False)
+    for i in range(10):
+        logger.log_metrics(i, {"x": float(i)})
+    shutil.rmtree(run)
+    run.write_bytes(b"in the way")
+    logger.log_checkpoint("000010", batch=10)
+    assert any("recreating it failed" in w for w in logger.warnings), logger.warnings
+    assert run.read_bytes() == b"in the way"
+    run.unlink()
+    logger.log_checkpoint("000011", batch=10)  # rescued now, then both records
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_bytes().splitlines()]
+    assert [r["x"] for r in rows] == [float(i) for i in range(10)]
+    records = [json.loads(line)["name"] for line in (run / CHECKPOINTS_FILE).read_bytes().splitlines()]
+    assert records == ["000010", "000011"]
+    logger.close()
+
+
+def _cut_rows(run, keep: int) -> None:
+    """What a power loss on a lying filesystem leaves: the first ``keep`` rows of metrics.jsonl."""
+    lines = (run / "metrics.jsonl").read_bytes().splitlines(keepends=True)
+    (run / "metrics.jsonl").write_bytes(b"".join(lines[:keep]))
+
+
+@pytest.mark.parametrize("every", [1, 10])
+def test_resume_names_rows_that_vanished_after_their_checkpoint(tmp_path, every):
+    """Rows fsynced before a checkpoint record, gone at resume: the resume says which."""
+    run = tmp_path / "run"
+    logger = RunLogger(str(run), code_diff=False, index=False)
+    for i in range(0, 100, every):
+        logger.log_metrics(i, {"x": float(i)})
+    logger.log_checkpoint("000100", batch=100)
+    logger.close()
+    resumed = RunLogger(str(run), resume=True, code_diff=False, index=False)
+    resumed.close()
+    assert not any("missing" in w for w in resumed.warnings), resumed.warnings  # sparse logging is no gap
+    _cut_rows(run, 60 // every)
+    with pytest.warns(RuntimeWarning, match="missing"):
+        resumed = RunLogger(str(run), resume=True, code_diff=False, index=False)
+    resumed.close()
+    said = "\n".join(resumed.warnings)
+    assert f"the last row before it is at {60 - every}" in said and "up to 99" in said, said
+    assert resumed.resume_state is not None and resumed.resume_state.batch == 100
+
+
+def test_resume_gap_check_uses_last_logged_step_of_epoch_records(tmp_path):
+    run = tmp_path / "run"
+    logger = RunLogger(str(run), code_diff=False, index=False)
+    for i in range(30):
+        logger.log_metrics(i, {"x": float(i), "epoch": i // 10})
+    logger.log_checkpoint("e3", batch=0, epoch=3)  # batch counts within the epoch
+    logger.close()
+    _cut_rows(run, 25)
+    with pytest.warns(RuntimeWarning, match="missing"):
+        resumed = RunLogger(str(run), resume=True, code_diff=False, index=False)
+    resumed.close()
+    assert any("after 24 up to 29" in w for w in resumed.warnings), resumed.warnings

@@ -8,8 +8,9 @@ import math
 import msgspec
 import pandas as pd
 import pytest
-from _doctor_runs import REALDATA, healthy_rows, planted, real_runs, write_run
+from _doctor_runs import healthy_rows, planted, real_runs, write_run
 from click.testing import CliRunner
+from realdata import needs_full
 
 from rllog._format.rows import nonfinite_cells
 from rllog.cli import main
@@ -249,7 +250,7 @@ def test_doctor_json_keeps_infinity(tmp_path):
     assert f["value"] == "Infinity" and f["steps"] == [[5, 5]]
 
 
-@pytest.mark.skipif(not REALDATA.is_dir(), reason=f"real data folder missing: {REALDATA}")
+@needs_full
 def test_real_runs(tmp_path):
     runs = real_runs(tmp_path)
     assert len(runs) >= 24

@@ -9,10 +9,11 @@ import subprocess
 from html.parser import HTMLParser
 
 import pytest
-from _doctor_runs import REALDATA, healthy_rows, planted, real_runs, write_run
+from _doctor_runs import healthy_rows, planted, real_runs, write_run
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from realdata import REALDATA, needs, needs_full
 
 from rllog.cli import main
 from rllog.index import write_index
@@ -166,7 +167,7 @@ def test_index_in_headless_chromium(tmp_path):
     assert line > 2000, line  # the chart lines were painted
 
 
-@pytest.mark.skipif(not REALDATA.is_dir(), reason=f"real data folder missing: {REALDATA}")
+@needs_full
 def test_index_of_every_real_run(tmp_path):
     runs = real_runs(tmp_path)
     for name, run in runs.items():
@@ -198,7 +199,7 @@ def test_ticks_cover_the_range_with_distinct_labels(lo, span):
     assert len(set(labels)) == len(labels) or span < 1e-6 * abs(lo)
 
 
-@pytest.mark.skipif(not REALDATA.is_dir(), reason=f"real data folder missing: {REALDATA}")
+@needs(REALDATA / "tinker/arvindcr4__tinker-rl-lab/experiments/results/distillation_on_metrics.jsonl")
 def test_index_beside_single_metrics_files(tmp_path):
     src = REALDATA / "tinker/arvindcr4__tinker-rl-lab/experiments/results"
     for name in ("arithmetic_metrics.jsonl", "arithmetic_checkpoints.jsonl", "distillation_on_metrics.jsonl"):

@@ -95,7 +95,7 @@ def test_smoothing_is_a_trailing_rolling_mean(tmp_path):
 
 def test_errors(tmp_path):
     run = write_run(tmp_path / "r", healthy_rows(5))
-    with pytest.raises(ValueError, match="no run has metric 'nope'"):
+    with pytest.raises(ValueError, match="'nope' is not a metric"):
         plot_runs([run], ["nope"], tmp_path / "p.png")
     with pytest.raises(ValueError, match=r"\.png"):
         plot_runs([run], ["reward"], tmp_path / "p.gif")

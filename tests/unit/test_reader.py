@@ -235,8 +235,13 @@ def test_refresh_reads_only_new_bytes(tmp_path):
         logger.log_metrics(3, {"reward": 0.3})
         new = run.refresh()
         assert new == [{"step": 3, "reward": 0.3}]
-        # the old rows once, then the file's first bytes (still the same file?) and the new bytes
-        assert storage.ranges[1:] == [(0, size), (0, size), (size, storage.size("metrics.jsonl"))]
+        # the old rows once, then the file's first bytes (still the same file?) and the new
+        # bytes with the last <= 256 bytes read before them (not cut and regrown?)
+        assert storage.ranges[1:] == [
+            (0, size),
+            (0, size),
+            (max(0, size - 256), storage.size("metrics.jsonl")),
+        ]
         assert run.metrics["reward"].tolist() == [0.0, 0.1, 0.2, 0.3]
         assert run.refresh() == [] and len(storage.ranges) == 4  # nothing new: no read at all
 

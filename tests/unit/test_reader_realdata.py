@@ -7,13 +7,11 @@ import math
 from pathlib import Path
 
 import pytest
+from realdata import REALDATA, needs, needs_full  # ../shared/realdata, else the copy in tests/data
 
 from rllog import read_run
 from rllog._read.summary import format_summary, summarize
 from rllog.importers import import_tensorboard, import_trl
-
-REALDATA = Path(__file__).resolve().parents[2].parent / "shared" / "realdata"
-pytestmark = pytest.mark.skipif(not REALDATA.is_dir(), reason=f"real data folder {REALDATA} is missing")
 
 TINKER = REALDATA / "tinker"
 TRL = REALDATA / "trl"
@@ -34,8 +32,8 @@ def all_files(pattern: str) -> list[Path]:
 
 
 def hazy() -> Path:
-    [path] = [p for p in (REALDATA / "extra").rglob("metrics.jsonl") if "HazyResearch" in str(p)]
-    return path
+    found = [p for p in (REALDATA / "extra").rglob("metrics.jsonl") if "HazyResearch" in str(p)]
+    return found[0] if found else REALDATA / "extra" / "HazyResearch__act-prm-tinker"
 
 
 def check_summary(run) -> dict:
@@ -85,6 +83,7 @@ def test_every_tensorboard_dir_imports(events_dir, tmp_path):
     check_summary(run)
 
 
+@needs_full
 def test_row_counts_from_sources():
     expected = {
         CODEFORCES / "metrics.jsonl": 6,
@@ -113,6 +112,7 @@ def test_row_counts_from_sources():
         assert len(read_run(TRL / name / "trainer_state.json").rows) == rows
 
 
+@needs(REDTEAM)
 def test_resumed_run_resolves_to_the_authors_deduplicated_file():
     dup = read_run(REDTEAM / "train_metrics.with_duplicates.jsonl")
     clean = read_run(REDTEAM / "train_metrics.jsonl")
@@ -124,6 +124,7 @@ def test_resumed_run_resolves_to_the_authors_deduplicated_file():
     assert any("1 restart(s)" in w for w in dup.warnings) and clean.warnings == []
 
 
+@needs(GAURI_NAN, GAURI_NULL)
 def test_nan_cell_reads_as_nan_in_both_versions(tmp_path):
     for path, out in ((GAURI_NAN, "nan"), (GAURI_NULL, "null")):
         for run in (read_run(path), read_run(import_trl(path, tmp_path / out).out)):
@@ -136,6 +137,7 @@ def test_nan_cell_reads_as_nan_in_both_versions(tmp_path):
     assert b'"grad_norm":null' in (tmp_path / "null/metrics.jsonl").read_bytes()
 
 
+@needs(TRL / STAGE2)
 def test_trl_eval_rows_are_kept_apart(tmp_path):
     path = TRL / STAGE2 / "checkpoint-160/trainer_state.json"
     import_trl(path, tmp_path / "run")
@@ -159,6 +161,7 @@ def test_trl_eval_rows_are_kept_apart(tmp_path):
     )
 
 
+@needs(REALDATA / "tensorboard" / STAGE2, TRL / STAGE2)
 def test_tensorboard_restart_later_file_wins_and_matches_trainer_state(tmp_path):
     report = import_tensorboard(REALDATA / "tensorboard" / STAGE2 / "logs", tmp_path / "tb")
     assert report.superseded == 17 and (report.first_step, report.last_step) == (1, 160)
@@ -177,6 +180,7 @@ def test_tensorboard_restart_later_file_wins_and_matches_trainer_state(tmp_path)
     assert first["step_time"].item() != tb.metrics.loc[0, "step_time"]
 
 
+@needs(REALDATA / "tensorboard")
 def test_tensorboard_sparse_tags_and_summary_scalars(tmp_path):
     lara = next((REALDATA / "tensorboard").rglob("*lara_TUF*")).parent
     import_tensorboard(lara, tmp_path / "tb")
@@ -187,6 +191,7 @@ def test_tensorboard_sparse_tags_and_summary_scalars(tmp_path):
     assert df["train_runtime"].notna().sum() == 1 and not math.isnan(df["train_runtime"].iloc[-1])
 
 
+@needs(CODEFORCES / "iteration_000000.html")
 def test_codeforces_sessions_and_flat_html():
     run = read_run(CODEFORCES)
     assert run.rows_read == 6 and len(run.rows) == 1 and len(run.restarts) == 4  # 5 sessions
@@ -198,6 +203,7 @@ def test_codeforces_sessions_and_flat_html():
     assert run.config["model_name"] == "openai/gpt-oss-20b"
 
 
+@needs(JOAN)
 def test_v3b_eval_only_rows_merge_and_stay_apart():
     run = read_run(JOAN / "gptoss-20b-v3b-metrics.jsonl")
     assert run.rows_read == 82 and len(run.rows) == 75 and run.merged_rows == 7 and run.restarts == []
@@ -208,6 +214,7 @@ def test_v3b_eval_only_rows_merge_and_stay_apart():
     assert row10["env/all/reward/total"].notna().item() and row10["test/test/env/all/correct"].notna().item()
 
 
+@needs(BZZ / "exp4_reward_only")
 def test_string_metrics_and_final_rows():
     run = read_run(BZZ / "exp4_reward_only")
     df = run.metrics
@@ -221,6 +228,7 @@ def test_string_metrics_and_final_rows():
     assert run.config is not None and len(run.checkpoints) == 2
 
 
+@needs(hazy())
 def test_sparse_8200_row_file_with_three_appended_runs():
     run = read_run(hazy())
     assert run.step_key == "global_step"
@@ -235,6 +243,7 @@ def test_sparse_8200_row_file_with_three_appended_runs():
     assert (df["global_step"] // 8 == df["grad_step"]).all()
 
 
+@needs(ARVIND / "distillation_off_metrics.jsonl")
 def test_prefixed_file_finds_its_checkpoints():
     run = read_run(ARVIND / "distillation_off_metrics.jsonl")
     assert len(run.rows) == 683 and len(run.checkpoints) == 14
@@ -242,6 +251,7 @@ def test_prefixed_file_finds_its_checkpoints():
     assert run.config is None and run.iterations == []
 
 
+@needs(SUSHANT)
 def test_logs_v2p7_iterations_and_non_ascii_html():
     run = read_run(SUSHANT / "logs_v2p7")
     [it] = run.iterations

@@ -7,12 +7,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from realdata import REALDATA, needs_full  # ../shared/realdata, else the copy in tests/data
 
 import rllog
 from rllog import RunLogger, load_config
-
-REALDATA = Path(__file__).resolve().parents[2].parent / "shared" / "realdata"
-pytestmark = pytest.mark.skipif(not REALDATA.is_dir(), reason=f"real data folder {REALDATA} is not there")
 
 
 def tinker_runs() -> list[tuple[str, Path, Path | None, Path | None]]:
@@ -33,9 +31,10 @@ def tinker_runs() -> list[tuple[str, Path, Path | None, Path | None]]:
     return out
 
 
-RUNS = tinker_runs() if REALDATA.is_dir() else []
+RUNS = tinker_runs()
 
 
+@needs_full
 def test_all_tinker_files_are_covered() -> None:
     assert len(RUNS) == 15  # 1 + 4 + 5 + 2 + 3 metrics files (SOURCES.md)
 

@@ -433,16 +433,16 @@ def test_checkpoint_loop_state_with_nan_paths_arrays_and_odd_names(tmp_path: Pat
             where=pathlib.Path("x"),
         )
     assert (
-        logger.warnings == [] and "a\\udc80" in (tmp_path / "index.html").read_text()
-    )  # shown, not a failure
+        logger.warnings == [] and "a\ufffd" in (tmp_path / "index.html").read_text()
+    )  # shown (lone surrogate as U+FFFD), not a failure
     line = (tmp_path / "checkpoints.jsonl").read_bytes()
     assert line == (
-        b'{"name":"a\\udc80","batch":1,"state_path":"/ck/000001","best":NaN,"worst":-Infinity,'
+        b'{"name":"a\xef\xbf\xbd","batch":1,"state_path":"/ck/000001","best":NaN,"worst":-Infinity,'
         b'"r":[1.0,NaN],"where":"x"}\n'
     )
     with RunLogger(tmp_path, resume=True, code_diff=False) as logger:
         state = logger.resume_state
-    assert state.name == "a\udc80" and state.state_path == "/ck/000001"
+    assert state.name == "a\ufffd" and state.state_path == "/ck/000001"
     assert str(state.loop_state["best"]) == "nan" and state.loop_state["r"][0] == 1.0
     logger2 = RunLogger(tmp_path / "closed", code_diff=False)
     logger2.close()

@@ -4,7 +4,7 @@
 'use strict';
 
 const state = { runs: [], byId: {}, selected: new Set(JSON.parse(localStorage.getItem('rllog.selected') || '[]')),
-  versions: {}, charts: [], configCols: JSON.parse(localStorage.getItem('rllog.cols') || '[]'), sort: ['name', 1] };
+  versions: {}, charts: [], keyOrder: [], configCols: JSON.parse(localStorage.getItem('rllog.cols') || '[]'), sort: ['name', 1] };
 const EVAL_PREFIXES = ['eval/', 'eval_', 'test/', 'test_'];
 
 function el(tag, attrs, ...kids) {
@@ -58,21 +58,38 @@ function runsView() {
     el('span', { class: 'muted', id: 'run-count' })), el('div', { class: 'scroll' }, el('table', { id: 'runs' })));
   drawRunsTable();
 }
-function keyMetrics() { return [...new Set(state.runs.flatMap((r) => Object.keys(r.metrics)))].slice(0, 6); }
+// the key metrics these runs have: KEY_METRICS order (rllog/_format/vocab.py), then the most common
+function keyMetrics(runs) {
+  const count = new Map();
+  for (const r of runs) for (const k of Object.keys(r.metrics)) count.set(k, (count.get(k) || 0) + 1);
+  const rank = (k) => { const i = state.keyOrder.indexOf(k); return i < 0 ? Infinity : i; };
+  return [...count.keys()].sort((a, b) => rank(a) - rank(b) || count.get(b) - count.get(a) || (a < b ? -1 : 1)).slice(0, 6);
+}
+// a config value as a number when it reads as one (8 < 16 < 128), else its text
+function cfgValue(v) { if (v == null) return null; const n = Number(v); return v !== '' && Number.isFinite(n) ? n : String(v); }
+function compare(x, y) {
+  if ((x == null) !== (y == null)) return x == null ? 1 : -1;
+  if (x == null) return 0;
+  if (typeof x === 'number' && typeof y === 'number') return x - y;
+  if (typeof x === 'number') return -1; if (typeof y === 'number') return 1;
+  return x < y ? -1 : x > y ? 1 : 0;
+}
+function removeCol(k) { state.configCols = state.configCols.filter((c) => c !== k); localStorage.setItem('rllog.cols', JSON.stringify(state.configCols)); drawRunsTable(); }
 function drawRunsTable() {
   const table = document.getElementById('runs'); if (!table) return;
   const q = (document.getElementById('run-filter').value || '').toLowerCase();
-  const keys = keyMetrics();
+  let rows = state.runs.filter((r) => !q || r.name.toLowerCase().includes(q) || Object.values(r.config).some((v) => String(v).toLowerCase().includes(q)));
+  const keys = keyMetrics(rows);
   const cols = [['', null], ['name', (r) => r.name], ['status', (r) => r.status.state], ['started', (r) => r.status.first_started_at || ''],
     ['duration', (r) => r.duration], ['steps', (r) => r.last_step], ['doctor', (r) => r.doctor.error * 1000 + r.doctor.warning],
-    ...keys.map((k) => [k, (r) => (r.metrics[k] || {}).last]), ...state.configCols.map((k) => [k, (r) => r.config[k]])];
-  let rows = state.runs.filter((r) => !q || r.name.toLowerCase().includes(q) || Object.values(r.config).some((v) => String(v).toLowerCase().includes(q)));
+    ...keys.map((k) => [k, (r) => (r.metrics[k] || {}).last]), ...state.configCols.map((k) => [k, (r) => cfgValue(r.config[k]), true])];
   const [sk, sd] = state.sort; const sf = (cols.find((c) => c[0] === sk) || cols[1])[1];
-  rows = rows.slice().sort((a, b) => { const x = sf(a), y = sf(b); return (x == null) - (y == null) || (x < y ? -sd : x > y ? sd : 0); });
-  const head = el('tr', {}, cols.map(([name]) => el('th', { onclick: () => { state.sort = [name, state.sort[0] === name ? -state.sort[1] : 1]; drawRunsTable(); }, title: name }, name)));
+  rows = rows.slice().sort((a, b) => { const x = sf(a), y = sf(b); return (x == null || y == null) ? compare(x, y) : sd * compare(x, y); });
+  const head = el('tr', {}, cols.map(([name, , cfg], i) => el('th', { class: i === 0 ? 'sel' : i === 1 ? 'name' : '', 'data-col': name, onclick: () => { state.sort = [name, state.sort[0] === name ? -state.sort[1] : 1]; drawRunsTable(); }, title: name },
+    name, cfg ? el('button', { class: 'rm', title: `remove column ${name}`, 'aria-label': `remove column ${name}`, onclick: (e) => { e.stopPropagation(); removeCol(name); } }, '×') : null)));
   const body = rows.map((r) => el('tr', { 'data-run': r.id },
-    el('td', {}, el('input', { type: 'checkbox', checked: state.selected.has(r.id), 'aria-label': 'select run', onchange: (e) => { e.target.checked ? state.selected.add(r.id) : state.selected.delete(r.id); saveSel(); } })),
-    el('td', {}, el('a', { href: `#/run/${encodeURIComponent(r.id)}` }, r.name)),
+    el('td', { class: 'sel' }, el('input', { type: 'checkbox', checked: state.selected.has(r.id), 'aria-label': 'select run', onchange: (e) => { e.target.checked ? state.selected.add(r.id) : state.selected.delete(r.id); saveSel(); } })),
+    el('td', { class: 'name', title: r.name }, el('a', { href: `#/run/${encodeURIComponent(r.id)}`, class: 'run-name' }, r.name)),
     el('td', { class: 'status' }, statusBadge(r.status)),
     el('td', {}, (r.status.first_started_at || '').replace('T', ' ').replace('+00:00', 'Z')),
     el('td', {}, dur(r.duration)), el('td', { class: 'steps' }, r.last_step == null ? '' : String(r.last_step)),
@@ -95,12 +112,15 @@ async function chartsView() {
   if (!xs.includes(ctl.x)) ctl.x = xs[0];
   const controls = el('div', { class: 'controls' },
     el('input', { type: 'search', id: 'metric-filter', placeholder: 'regex filter', value: ctl.filter, oninput: (e) => { ctl.filter = e.target.value; localStorage.setItem('rllog.filter', ctl.filter); layoutCharts(runs, metas); } }),
-    el('label', {}, 'smoothing ', el('input', { type: 'range', id: 'smooth', min: 0, max: 0.99, step: 0.01, value: ctl.smooth, oninput: (e) => { ctl.smooth = Number(e.target.value); localStorage.setItem('rllog.smooth', ctl.smooth); document.getElementById('smooth-v').textContent = ctl.smooth.toFixed(2); redrawAll(false); } }), el('span', { id: 'smooth-v' }, ctl.smooth.toFixed(2))),
-    el('label', {}, 'x ', el('select', { id: 'xaxis', onchange: (e) => { ctl.x = e.target.value; redrawAll(true); } }, xs.map((x) => el('option', { value: x, selected: x === ctl.x }, x)))),
+    el('label', {}, 'smoothing ', el('input', { type: 'range', id: 'smooth', min: 0, max: 0.99, step: 0.01, value: ctl.smooth, oninput: (e) => { ctl.smooth = Number(e.target.value); localStorage.setItem('rllog.smooth', ctl.smooth); document.getElementById('smooth-v').textContent = ctl.smooth.toFixed(2); clearTimeout(ctl.timer); ctl.timer = setTimeout(() => redrawAll(true), 150); } }), el('span', { id: 'smooth-v' }, ctl.smooth.toFixed(2))),
+    el('label', {}, 'x ', el('select', { id: 'xaxis', onchange: (e) => { ctl.x = e.target.value; state.charts.forEach((c) => { c.range = null; }); redrawAll(true); } }, xs.map((x) => el('option', { value: x, selected: x === ctl.x }, x)))),
     el('label', {}, el('input', { type: 'checkbox', id: 'logy', checked: ctl.log, onchange: (e) => { ctl.log = e.target.checked; redrawAll(false); } }), ' log y'),
     el('label', {}, el('input', { type: 'checkbox', id: 'clip', checked: ctl.clip, onchange: (e) => { ctl.clip = e.target.checked; redrawAll(false); } }), ' clip outliers'),
-    el('span', { class: 'muted' }, runs.map((r) => r.name).join(' · ')));
-  m.append(controls, el('div', { id: 'chart-groups' }));
+    runs.length > 1 ? null : el('span', { class: 'muted' }, runs.map((r) => r.name).join(' · ')));
+  // one colour per run on every chart: the legend says which
+  const legend = runs.length > 1 ? el('div', { class: 'legend', id: 'legend' }, runs.map((r, i) => el('span', { class: 'legend-item', title: r.name, 'data-color': PALETTE[i % PALETTE.length] },
+    el('span', { class: 'swatch', style: `background:${PALETTE[i % PALETTE.length]}` }), r.name))) : null;
+  m.append(controls, legend || '', el('div', { id: 'chart-groups' }));
   layoutCharts(runs, metas);
 }
 function layoutCharts(runs, metas) {
@@ -129,37 +149,46 @@ function layoutCharts(runs, metas) {
   if (!charts.size) box.append(el('p', { class: 'muted' }, 'no metric matches'));
 }
 function redrawAll(refetch) { state.charts.filter((c) => c.data).forEach((c) => drawChart(c, refetch)); }
-// TensorBoard's debiased exponential moving average (tensorboard/webapp/.../line_chart smoothing:
-// last = last * w + (1 - w) * y; debias = debias * w + (1 - w); smoothed = last / debias).
-function ema(ys, w) {
-  let last = 0, debias = 0; const out = [];
-  for (const y of ys) { if (!Number.isFinite(y)) { out.push(y); continue; } last = last * w + (1 - w) * y; debias = debias * w + (1 - w); out.push(last / debias); }
-  return out;
+const PALETTE = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2', '#17becf'];
+// a y range for a flat series (7.0 and 6.9999999): plotly would label ticks 6.99999991...
+function flatRange(ys) {
+  const f = ys.filter(Number.isFinite); if (!f.length) return null;
+  const lo = Math.min(...f), hi = Math.max(...f), mid = (lo + hi) / 2, scale = Math.max(Math.abs(lo), Math.abs(hi));
+  if (hi - lo > 1e-6 * scale && hi - lo > 1e-12) return null;
+  const d = Math.max(Math.abs(mid) * 0.05, 1e-3); return [mid - d, mid + d];
 }
 async function drawChart(ch, refetch) {
   if (refetch || !ch.data) {
-    const q = (t) => { const p = new URLSearchParams({ key: t.key, x: ctl.x, points: 2000 }); if (ch.range) { p.set('x0', ch.range[0]); p.set('x1', ch.range[1]); } return api(`/api/runs/${t.run.id}/series?${p}`); };
+    // the EMA is computed by the server on the full-resolution series, then downsampled
+    const q = (t) => { const p = new URLSearchParams({ key: t.key, x: ctl.x, points: 2000, smooth: ctl.smooth }); if (ch.range) { p.set('x0', ch.range[0]); p.set('x1', ch.range[1]); } return api(`/api/runs/${t.run.id}/series?${p}`); };
     try { ch.data = await Promise.all(ch.traces.map(q)); } catch (e) { ch.div.replaceChildren(el('p', { class: 'error' }, String(e.message))); return; }
   }
-  const palette = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2', '#17becf'];
-  const data = [], shapes = [];
+  const palette = PALETTE;
+  const data = [], shapes = [], bad = { x: [], y: [], text: [], color: [] };
   ch.traces.forEach((t, i) => {
     const s = ch.data[i], color = palette[t.color % palette.length];
     const isEval = t.key !== ch.title && canonical(t.key) === ch.title && t.key !== 'train/' + ch.title;
     const name = esc(`${t.run.name}${isEval ? ' · ' + t.key : ''}`);
-    const smooth = ctl.smooth > 0 && s.x.length > 2;
+    const smooth = ctl.smooth > 0 && s.smoothed.x.length > 0;
     data.push({ x: s.x, y: s.y, customdata: s.y.map(String), type: 'scatter', mode: s.x.length < 60 || isEval ? 'lines+markers' : 'lines', name,
       line: { color, width: 1, dash: isEval ? 'dot' : 'solid' }, opacity: smooth ? 0.35 : 1, hovertemplate: '%{customdata}', meta: { run: t.run.id, key: t.key, raw: true } });
-    if (smooth) data.push({ x: s.x, y: ema(s.y, ctl.smooth), type: 'scatter', mode: 'lines', name: name + ' (smoothed)', line: { color, width: 2, dash: isEval ? 'dot' : 'solid' }, hovertemplate: '%{y:.4g}', showlegend: false });
+    if (smooth) data.push({ x: s.smoothed.x, y: s.smoothed.y, type: 'scatter', mode: 'lines', name: name + ' (smoothed)', line: { color, width: 2, dash: isEval ? 'dot' : 'solid' }, hovertemplate: '%{y:.4g}', showlegend: false });
     if (s.superseded.x.length) data.push({ x: s.superseded.x, y: s.superseded.y, type: 'scatter', mode: 'markers', name: name + ' (superseded)', marker: { color: '#aaa', size: 4 }, hovertemplate: 'superseded %{y}' });
+    // NaN / Infinity: a symbol at the top (NaN, +Inf) or bottom (-Inf) edge, the hover says which
+    for (const [x, what] of s.nonfinite) { bad.x.push(x); bad.y.push(what === '-Infinity' ? 0.03 : 0.97); bad.text.push(esc(`${t.run.name}: ${what} at ${ctl.x} ${x}`)); bad.color.push(color); }
     for (const r of s.resumes) shapes.push({ type: 'line', xref: 'x', yref: 'paper', x0: r, x1: r, y0: 0, y1: 1, line: { color, dash: 'dash', width: 1 } });
     for (const f of s.findings) {
       for (const [a, b] of f.steps) shapes.push({ type: 'rect', xref: 'x', yref: 'paper', x0: a - 0.5, x1: b + 0.5, y0: 0, y1: 1, fillcolor: f.severity === 'error' ? 'rgba(192,57,43,0.15)' : 'rgba(183,149,11,0.15)', line: { width: 0 } });
       if (f.threshold_value != null) shapes.push({ type: 'line', xref: 'paper', yref: 'y', x0: 0, x1: 1, y0: f.threshold_value, y1: f.threshold_value, line: { color: '#c0392b', dash: 'dot', width: 1 } });
     }
   });
+  if (bad.x.length) data.push({ x: bad.x, y: bad.y, yaxis: 'y2', type: 'scatter', mode: 'markers', name: 'NaN/Inf', text: bad.text, hovertemplate: '%{text}<extra></extra>',
+    marker: { symbol: bad.y.map((y) => (y > 0.5 ? 'triangle-up' : 'triangle-down')), color: bad.color, size: 9, line: { color: '#c0392b', width: 1 } }, meta: { nonfinite: true } });
   const layout = { title: { text: esc(ch.title), font: { size: 13 } }, margin: { l: 50, r: 10, t: 30, b: 35 }, hovermode: 'x unified', showlegend: false,
-    xaxis: { title: { text: esc(ctl.x), font: { size: 11 } } }, yaxis: { type: ctl.log ? 'log' : 'linear' }, shapes, uirevision: ctl.x };
+    xaxis: { title: { text: esc(ctl.x), font: { size: 11 } } }, yaxis: { type: ctl.log ? 'log' : 'linear', tickformat: '~g' },
+    yaxis2: { overlaying: 'y', range: [0, 1], visible: false, fixedrange: true }, shapes, uirevision: ctl.x };
+  const flat = ctl.log ? null : flatRange(ch.data.flatMap((s) => s.y));
+  if (flat) { layout.yaxis.range = flat; layout.yaxis.autorange = false; }
   if (ch.range) layout.xaxis.range = ch.range;
   if (ctl.clip) {
     const ys = ch.data.flatMap((s) => s.y).filter(Number.isFinite).sort((a, b) => a - b);
@@ -203,6 +232,9 @@ async function detailView(id) {
 }
 
 // ---------------------------------------------------------------- rollouts
+// a split in page URLs: "train", or "eval:<name>" (an evaluator may be named "train")
+const splitName = (ev) => (ev == null ? 'train' : `eval:${ev}`);
+const splitEval = (split) => (!split || split === 'train' ? null : split.startsWith('eval:') ? split.slice(5) : split);
 async function rolloutsView(id, iter, split, group, traj) {
   const m = main(); m.replaceChildren();
   id = id || (selectedRuns()[0] || {}).id;
@@ -214,9 +246,9 @@ async function rolloutsView(id, iter, split, group, traj) {
   m.append(el('h2', {}, `Rollouts · ${runName}`), el('div', { class: 'cols' }, side, body));
   if (!its.length) { body.append(el('p', { class: 'muted' }, 'this run has no iteration reports or rollout summaries')); return; }
   for (const it of its) for (const s of it.splits) {
-    const href = `#/rollouts/${encodeURIComponent(id)}/${it.iteration}/${encodeURIComponent(s.eval || 'train')}`;
-    const on = String(it.iteration) === iter && (s.eval || 'train') === (split || 'train');
-    side.append(el('a', { href, class: on ? 'on' : '' }, `#${it.iteration} ${s.label}`, el('span', { class: 'muted' }, s.reward_mean != null ? `  r=${fmt(s.reward_mean)}` : '', s.accuracy != null ? ` acc=${fmt(s.accuracy)}` : '')));
+    const href = `#/rollouts/${encodeURIComponent(id)}/${it.iteration}/${encodeURIComponent(splitName(s.eval))}`;
+    const on = String(it.iteration) === iter && splitName(s.eval) === (split || 'train');
+    side.append(el('a', { href, class: on ? 'on' : '' }, `#${it.iteration} ${s.eval == null ? 'train' : 'eval: ' + s.label}`, el('span', { class: 'muted' }, s.reward_mean != null ? `  r=${fmt(s.reward_mean)}` : '', s.accuracy != null ? ` acc=${fmt(s.accuracy)}` : '')));
   }
   const train = its.map((it) => [it.iteration, it.splits.find((s) => s.eval == null)]).filter(([, s]) => s && s.rewards);
   if (iter == null) {
@@ -224,12 +256,13 @@ async function rolloutsView(id, iter, split, group, traj) {
     if (train.length) Plotly.newPlot(div, train.map(([i, s]) => ({ y: s.rewards, type: 'box', name: String(i), boxpoints: false })), { margin: { l: 40, r: 10, t: 10, b: 30 }, showlegend: false, xaxis: { title: { text: 'iteration' } } }, { displaylogo: false, responsive: true });
     return;
   }
-  const ev = split && split !== 'train' ? split : null;
+  const ev = splitEval(split);
   const q = new URLSearchParams({ iteration: iter }); if (ev) q.set('eval', ev);
   const meta = its.find((it) => String(it.iteration) === iter);
   const sp = meta && meta.splits.find((s) => (s.eval || null) === ev);
-  body.append(el('h3', {}, `Iteration ${iter} · ${sp ? sp.label : split}`));
-  if (sp && sp.kinds.includes('html')) body.append(el('details', {}, el('summary', {}, 'iteration report'), el('iframe', { class: 'report', sandbox: '', src: `/api/runs/${encodeURIComponent(id)}/report?${q}`, title: 'iteration report' })));
+  body.append(el('h3', {}, `Iteration ${iter} · ${ev == null ? 'train' : 'eval: ' + (sp ? sp.label : ev)}`));
+  // the report at files/<its name>: its links (run index, previous/next iteration) open the run's pages in the frame
+  if (sp && sp.report) body.append(el('details', {}, el('summary', {}, 'iteration report'), el('iframe', { class: 'report', sandbox: '', src: `/api/runs/${encodeURIComponent(id)}/files/${sp.report.split('/').map(encodeURIComponent).join('/')}`, title: 'iteration report' })));
   if (!sp || !sp.kinds.includes('rollout_summaries')) { body.append(el('p', { class: 'muted' }, 'no rollout summaries for this iteration')); return; }
   const r = await api(`/api/runs/${encodeURIComponent(id)}/rollouts?${q}`);
   const hist = el('div', { class: 'chart', id: 'reward-hist' });
@@ -264,7 +297,7 @@ function searchView(q0) {
       const r = await api(`/api/search?${p}`);
       out.replaceChildren(el('p', { class: 'muted' }, `${r.hits.length}${r.truncated ? '+' : ''} hits in ${r.files} files`),
         ...r.hits.map((h) => el('div', { class: 'hit-row' },
-          el('a', { href: `#/rollouts/${encodeURIComponent(h.run)}/${h.iteration}/${encodeURIComponent(h.eval_name || 'train')}/${h.group}/${h.traj}`, class: 'hit-link' },
+          el('a', { href: `#/rollouts/${encodeURIComponent(h.run)}/${h.iteration}/${encodeURIComponent(splitName(h.eval_name))}/${h.group}/${h.traj}`, class: 'hit-link' },
             `${h.run_name} · iteration ${h.iteration} · ${h.split} · group ${h.group} · traj ${h.traj} · ${h.field}`),
           el('div', {}, h.before, el('mark', {}, h.match), h.after))));
     } catch (err) { out.replaceChildren(el('p', { class: 'error' }, err.message)); }
@@ -291,7 +324,7 @@ async function poll() {
     const r = await api('/api/runs');
     const changed = r.runs.filter((x) => state.versions[x.id] != null && state.versions[x.id] !== x.version).map((x) => x.id);
     const added = r.runs.length !== state.runs.length;
-    state.runs = r.runs; state.byId = Object.fromEntries(r.runs.map((x) => [x.id, x]));
+    state.keyOrder = r.key_metrics || []; state.runs = r.runs; state.byId = Object.fromEntries(r.runs.map((x) => [x.id, x]));
     r.runs.forEach((x) => { state.versions[x.id] = x.version; });
     document.getElementById('live').textContent = `${r.runs.length} runs · updated ${new Date().toLocaleTimeString()}`;
     const [view] = route();
