@@ -8,7 +8,9 @@ Every group gets full content in both libraries (num_groups_to_log = groups), so
 do the same work. Phases: build (the logging calls), HTML write (render + write), JSON
 write (encode + write), each the best of --repeat alternating runs; sizes of the files
 written. rllog writes through LocalStorage
-(atomic: temp file + fsync + rename); tinker-cookbook writes plain files.
+(atomic: temp file + fsync + rename); tinker-cookbook writes plain files. The last size
+(256 x 16, every group in full) is where Python's cyclic GC used to make rllog's cost per
+trajectory grow with the tree.
 tinker-cookbook is skipped, saying so, when it is not installed.
 """
 
@@ -162,7 +164,7 @@ def main() -> None:
         peers = {"rllog": rllog_iteration}
 
     per_traj: dict[str, list[float]] = {name: [] for name in peers}
-    for groups, trajs in [(4, 8), (16, 16), (64, 16)]:
+    for groups, trajs in [(4, 8), (16, 16), (64, 16), (256, 16)]:
         data = make_iteration(groups, trajs)
         n = groups * trajs
         print(f"\n== {groups} groups x {trajs} trajectories ({n} trajectories), best of {args.repeat} ==")
@@ -187,7 +189,8 @@ def main() -> None:
             )
     for name, costs in per_traj.items():
         print(
-            f"{name}: cost per trajectory across sizes (us): {', '.join(f'{c:.1f}' for c in costs)} (flat = linear)"
+            f"{name}: cost per trajectory across sizes (us): {', '.join(f'{c:.1f}' for c in costs)}; "
+            f"largest / smallest {max(costs) / min(costs):.2f}x (1.00x = flat)"
         )
 
 

@@ -9,6 +9,12 @@ ratios (on a busy machine the min is the steadier of the two).
     python benchmarks/bench_rollouts.py [--repeats 30]
 
 Paths:
+- the floor: msgspec ``encode_lines`` of the very records rllog builds + one
+  ``LocalStorage.write`` (what any writer of this file must at least do); the ratios
+  to it are rllog's targets (<= 1.5x from dicts and from ready records, <= 2.5x from
+  tinker-cookbook objects);
+- rllog, from ready records (``TrajectorySummary`` structs, as ``build_rollout_summaries``
+  returns them);
 - rllog, from plain dicts (``write_rollouts`` on a ``LocalStorage``; its atomic write
   fsyncs, the others do not: ``--no-fsync`` shows rllog without that cost too);
 - rllog, from tinker-cookbook ``TrajectoryGroup`` objects (duck-typed);
@@ -35,7 +41,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rllog._write.rollouts import write_rollouts
+import msgspec
+
+from rllog._write.rollouts import build_rollout_summaries, write_rollouts
 from rllog.storage import LocalStorage
 
 N_GROUPS, GROUP_SIZE, N_STEPS = 128, 8, 3
@@ -190,6 +198,13 @@ def main() -> None:
         st = LocalStorage(root / "rllog")
         nofsync = NoFsyncStorage(root / "rllog-nofsync")
         paths["rllog (dicts)"] = lambda i: write_rollouts(st, i, dict_groups)
+        ready = build_rollout_summaries(0, dict_groups)
+        paths["rllog (ready records)"] = lambda i: write_rollouts(st, 0, ready)
+        encoder = msgspec.json.Encoder()
+        floor_name = "floor: msgspec encode_lines + one write"
+        paths[floor_name] = lambda i: st.write(
+            f"train_iteration_{i:06d}_floor.jsonl", encoder.encode_lines(ready)
+        )
         paths["rllog (dicts, no fsync)"] = lambda i: write_rollouts(nofsync, i, dict_groups)
         try:
             import orjson  # noqa: F401
@@ -231,6 +246,12 @@ def main() -> None:
         print("speed-up over the tinker-cookbook path (its time / this path's time), by min and by median:")
         for name, (best, med) in results.items():
             print(f"  {name:<{width}}  {peer[0] / best:6.1f}x  {peer[1] / med:6.1f}x")
+    floor = results[floor_name]
+    print("time / the floor (msgspec encode_lines of the same records + one write), by min and by median:")
+    for name in ("rllog (dicts)", "rllog (ready records)", "rllog (tinker objects)"):
+        if name in results:
+            ours = results[name]
+            print(f"  {name:<{width}}  {ours[0] / floor[0]:6.2f}x  {ours[1] / floor[1]:6.2f}x")
     if "plain orjson (dicts)" in results:
         ours, base = results["rllog (dicts)"], results["plain orjson (dicts)"]
         print(

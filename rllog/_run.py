@@ -48,7 +48,7 @@ from rllog._write.checkpoints import CheckpointCommitter, checkpoint_record, rea
 from rllog._write.metrics import MetricsWriter
 from rllog._write.noclobber import NoClobberStorage
 from rllog._write.notes import Notes
-from rllog._write.rank import process_rank
+from rllog._write.rank import RankStorage, process_rank
 from rllog._write.resume import lock_run, missing_rows, repair_torn_tail, supersede, timestamped, unlock_run
 from rllog._write.rollouts import RolloutFiles, encode_rollouts
 from rllog._write.timing import Timings
@@ -96,7 +96,11 @@ class RunLogger:
             ``$PMI_RANK``, ``$LOCAL_RANK``, else 0. Only rank 0 writes unless ``all_ranks=True``; on other
             ranks ``RunLogger(...)`` returns a :class:`NullRunLogger`, whose every method
             is a cheap no-op (:attr:`is_writer` is False).
-        all_ranks: write from every rank (then give each rank its own ``log_path``).
+        all_ranks: write from every rank into the same run: rank ``r > 0`` writes its own
+            rank-tagged run files (``metrics.rank<r>.jsonl``, ``checkpoints.rank<r>.jsonl``,
+            ``config.rank<r>.json``, ``run_status.rank<r>.json``; docs/FORMATS.md), read
+            back with ``read_run(path, rank=r)``; its reports and rollout summaries go
+            into the run's iterations like a worker's. No code.diff or index.html.
         console: also print a one-line summary of each metrics row to stderr.
         index: write ``index.html`` (charts of the main metrics, the stability doctor's
             findings, links to every report; see ``rllog index``) at close, and set
@@ -208,6 +212,10 @@ class RunLogger:
         self._written: set[tuple[str, Any, str | None]] = set()  # iteration artifacts written by this logger
         self._diff_thread: threading.Thread | None = None
         self.storage: Storage = open_storage(log_path, **storage_options)
+        self._all_ranks = all_ranks and self.rank != 0
+        if self._all_ranks:  # rank r > 0 writes its own rank-tagged files of the same run
+            self.storage = self._rank_view(self.storage)
+            code_diff = index = False  # the code and the run's index page are rank 0's
         self.log_path = self.storage.url
         self._run_lock: int | None = None
         self._resumed = resume and not (_worker or shared)
@@ -268,6 +276,11 @@ class RunLogger:
     @console.setter
     def console(self, value: bool) -> None:
         self._metrics.console = value
+
+    def _rank_view(self, storage: Storage) -> Storage:
+        """The run as this rank (> 0) writes it: ``metrics.rank<r>.jsonl``, ``checkpoints.rank<r>.jsonl``...
+        (:class:`rllog._write.rank.RankStorage`)."""
+        return cast(Storage, RankStorage(storage, self.rank))
 
     # -- start of a run -------------------------------------------------------------
 
@@ -945,7 +958,13 @@ class RunLogger:
         """Pickles as configuration: a worker gets a logger for the same run that writes
         its own artifacts (and can append rows) but does not redo start-of-run work."""
         where = self.log_path if self._owns_storage else self.storage
-        return (_worker_logger, (where, self.strict_json, self._storage_options, os.getpid(), self.layout))
+        rank = self.rank if getattr(self, "_all_ranks", False) else 0
+        if isinstance(where, RankStorage):
+            where = where.inner  # the run itself; the worker makes its own rank view
+        return (
+            _worker_logger,
+            (where, self.strict_json, self._storage_options, os.getpid(), self.layout, rank),
+        )
 
 
 def _resolve_sinks(report_to: Any) -> list[Any]:
@@ -1132,6 +1151,7 @@ def _worker_logger(
     storage_options: dict[str, Any],
     pid: int | None = None,
     layout: str = "flat",
+    rank: int = 0,
 ) -> RunLogger:
     """The logger a pickled :class:`RunLogger` becomes (a worker of the same run).
 
@@ -1150,7 +1170,8 @@ def _worker_logger(
         log_path,
         strict_json=strict_json,
         code_diff=False,
-        rank=0,
+        rank=rank,
+        all_ranks=rank > 0,  # a rank's worker writes that rank's files
         layout=layout,
         _worker=True,
         **storage_options,

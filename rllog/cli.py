@@ -228,7 +228,7 @@ def tail(run: str, follow: bool, n_rows: int, keys: tuple[str, ...], interval: f
     def last(rows: list[tuple[int, dict]]) -> list[tuple[int, dict]]:
         return rows[-n_rows:] if n_rows else []
 
-    show(last(reader.poll()))
+    show(_last_rows(reader, n_rows))
     if not follow:
         return
     try:
@@ -238,6 +238,63 @@ def tail(run: str, follow: bool, n_rows: int, keys: tuple[str, ...], interval: f
             show(last(rows) if reader.rewritten else rows)  # rewritten on resume: start over
     except KeyboardInterrupt:
         pass
+
+
+_TAIL_BLOCK = 1 << 20
+
+
+def _last_rows(reader, n: int) -> list[tuple[int, dict]]:
+    """The last ``n`` rows of the reader's file, read from its end (memory: those rows and
+    one block, whatever the file size); the reader is left after them, for ``-f``.
+
+    Lines are counted back from the end; damaged lines among them are skipped (warned
+    about with their line numbers, counted over the file only then), and the window
+    widens until it holds ``n`` rows or the file's start."""
+    storage, name = reader.storage, reader.name
+    try:
+        size = storage.size(name)
+    except FileNotFoundError:
+        return []
+    want = max(n, 1)
+    while True:
+        start = _start_of_last_lines(storage, name, size, want)
+        reader.offset, reader.lines, reader.problems = start, 0, []
+        rows = reader.poll(end=size)
+        if reader.problems and start > 0:  # name the damaged lines by their real numbers
+            before = _count_newlines(storage, name, start)
+            reader.offset, reader.lines, reader.problems = start, before, []
+            rows = reader.poll(end=size)
+        if len(rows) >= n or start == 0:
+            return rows[-n:] if n else []
+        want *= 2
+
+
+def _start_of_last_lines(storage, name: str, size: int, n: int) -> int:
+    """Byte offset where the last ``n`` non-blank complete lines of the first ``size`` bytes begin."""
+    pos, buf = size, b""
+    while pos > 0:
+        lo = max(0, pos - _TAIL_BLOCK)
+        buf = storage.read_range(name, lo, pos) + buf
+        pos = lo
+        end = buf.rfind(b"\n") + 1  # complete lines only: a partial last line is the writer's
+        lines = buf[:end].split(b"\n")[:-1]
+        seen, cut = 0, end
+        for line in reversed(lines[1:] if pos > 0 else lines):  # the first may be cut by the block
+            cut -= len(line) + 1
+            if line.strip():
+                seen += 1
+                if seen == n:
+                    return pos + cut
+        if pos == 0:
+            return 0
+    return 0
+
+
+def _count_newlines(storage, name: str, end: int) -> int:
+    count = 0
+    for lo in range(0, end, 8 * _TAIL_BLOCK):
+        count += storage.read_range(name, lo, min(end, lo + 8 * _TAIL_BLOCK)).count(b"\n")
+    return count
 
 
 def _check_keys(keys: tuple[str, ...], runs: list) -> None:

@@ -13,12 +13,12 @@ large), ``warning`` (likely a problem, look at it), ``info`` (nothing checkable)
 
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rllog._format.rows import nonfinite_cells
 from rllog._format.rules import (
     ADVICE,
     SEVERITIES,
@@ -35,7 +35,15 @@ if TYPE_CHECKING:
 
     from rllog._read.run import Run
 
-__all__ = ["thresholds_from_file", "SEVERITIES", "Finding", "Thresholds", "check_run", "diagnose"]
+__all__ = [
+    "thresholds_from_file",
+    "SEVERITIES",
+    "Finding",
+    "Thresholds",
+    "check_run",
+    "diagnose",
+    "diagnose_rows",
+]
 
 # the rules live in rllog._format.rules (shared with the live doctor, RunLogger(doctor=True))
 _ = (ADVICE, THRESHOLD_HELP, Severity, canonical)
@@ -76,9 +84,8 @@ def diagnose(
     from rllog._read.run import Run
 
     if isinstance(metrics, Run):
-        nonfinite, step_key = nonfinite_cells(metrics.rows, step_key=metrics.step_key), metrics.step_key
-        metrics = metrics.metrics
-    elif not isinstance(metrics, pd.DataFrame):
+        return diagnose_rows(metrics.iter_rows(), thresholds, step_key=metrics.step_key)
+    if not isinstance(metrics, pd.DataFrame):
         raise TypeError(
             f"diagnose takes a Run from rllog.read_run or a metrics DataFrame, got {type(metrics).__name__}; "
             "for a run folder, URL or file use rllog.doctor.check_run(path)"
@@ -112,22 +119,101 @@ def diagnose(
     return engine.findings()
 
 
+def diagnose_rows(
+    rows: Iterable[Mapping[str, Any]], thresholds: Thresholds | None = None, *, step_key: str | None = "step"
+) -> list[Finding]:
+    """:func:`diagnose` of metric rows fed one at a time (e.g. :meth:`rllog.Run.iter_rows`):
+    the same findings as :func:`diagnose` on the DataFrame of the same rows, in memory
+    bounded by the rules' state instead of the whole table.
+
+    Each value is read as ``pandas.to_numeric(..., errors="coerce")`` reads a cell (bools
+    as 0/1, numeric strings as numbers, other strings and None skipped); a row's step is
+    its ``step_key`` value truncated to an int, else its position. A value logged as
+    NaN counts at its int step (else its position), like :func:`nonfinite_cells`.
+    """
+    engine = RuleEngine(thresholds)
+    feed = engine.feed_value
+    columns: dict[str, None] = {}
+    watched: dict[str, bool] = {}  # metrics a rule reads; of the others only NaN/Inf matter
+    plans: dict[tuple[str, ...], list[str]] = {}  # a row's keys -> the watched ones, in order
+    for pos, row in enumerate(rows):
+        if len(row) != len(columns) or not columns.keys() >= row.keys():
+            columns.update(dict.fromkeys(row))
+        raw = row.get(step_key, pos) if step_key is not None else pos
+        step = _as_number(raw)
+        step = int(step) if step is not None and step - step == 0 else pos
+        cell_step = raw if isinstance(raw, int) else pos
+        if _all_finite(row):  # the common row: only the watched metrics change anything
+            keys = tuple(row)
+            plan = plans.get(keys)
+            if plan is None:
+                plan = plans[keys] = [k for k in keys if k != step_key and engine.watches(k)]
+            for k in plan:
+                feed(k, step, float(row[k]))
+            continue
+        for k, v in row.items():
+            if k == step_key or not isinstance(k, str):
+                continue
+            x = _as_number(v)
+            if x is None:
+                continue
+            if x != x:
+                if type(v) is float:  # a logged NaN (a "nan" string is no value, as in a DataFrame)
+                    feed(k, cell_step, x)
+                continue
+            w = watched.get(k)
+            if w is None:
+                w = watched[k] = engine.watches(k)
+            if w or x - x != 0:
+                feed(k, step, x)
+    engine.order_by_columns([c for c in columns if c != step_key])
+    engine.finish()
+    return engine.findings()
+
+
+def _all_finite(row: Mapping[str, Any]) -> bool:
+    """True if every value of ``row`` is a finite number or a bool (one ``math.fsum`` in C)."""
+    try:
+        total = math.fsum(row.values())
+    except (TypeError, ValueError, OverflowError):  # a str, None, or an int too large for a float
+        return False
+    return total - total == 0
+
+
+def _as_number(v: Any) -> float | None:
+    """``v`` as ``pandas.to_numeric(errors="coerce")`` reads one cell; None for no number."""
+    t = type(v)
+    if t is float:
+        return v
+    if t is int or t is bool:
+        return float(v)
+    if t is str and "_" not in v:
+        try:
+            return float(v)
+        except ValueError:
+            return None
+    return None
+
+
 def check_run(log_path: Any, thresholds: Thresholds | None = None) -> list[Finding]:
     """Read the run at ``log_path`` (a path, URL or Storage) and :func:`diagnose` its metrics.
 
     ``log_path`` may be anything :func:`rllog.read_run` reads (a run folder or URL, a
     metrics JSONL file, a TRL trainer_state.json). NaN/Inf cells come from the values
     logged as NaN/Infinity, so a missing key or a ``null`` is never reported as NaN.
+    The rows are streamed (:meth:`rllog.Run.iter_rows`, :func:`diagnose_rows`): memory
+    stays bounded whatever the size of the metrics file.
 
     Raises:
         FileNotFoundError: nothing at ``log_path``. RunFormatError: not a run (from the reader).
     """
-    from rllog._read.view import open_run
+    from rllog._read.run import read_run
 
-    run = open_run(log_path)
-    findings = diagnose(run.metrics, thresholds, nonfinite=run.nonfinite, step_key=run.step_key)
+    with read_run(log_path) as run:
+        findings = diagnose_rows(run.iter_rows(), thresholds, step_key=run.step_key)
+        damaged = run.damaged_lines  # after the rows were read: the lines they skipped
     errors = [f for f in findings if f.severity == "error"]
-    return errors + damage_findings(run.damaged) + findings[len(errors) :]
+    return errors + damage_findings(damaged) + findings[len(errors) :]
 
 
 def damage_findings(damaged: list[str]) -> list[Finding]:

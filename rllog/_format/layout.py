@@ -46,6 +46,9 @@ __all__ = [
     "artifact_name",
     "parse_artifact_name",
     "parse_iteration_file",
+    "rank_file_name",
+    "parse_rank_file_name",
+    "artifact_rank",
     "parse_superseded_file",
 ]
 
@@ -105,7 +108,7 @@ LAYOUTS = ("flat", "tinker")
 
 _ARTIFACT_RE = re.compile(
     r"^(?:(?P<train>train)|eval_(?P<eval>.+))_iteration_(?P<iteration>\d{6,})(?:-(?P<copy>[2-9]|[1-9]\d+))?"
-    r"(?P<kind>\.html|_logtree\.json|_rollout_summaries\.jsonl)$"
+    r"(?:\.rank(?P<rank>[1-9]\d*))?(?P<kind>\.html|_logtree\.json|_rollout_summaries\.jsonl)$"
 )
 
 
@@ -174,7 +177,7 @@ def parse_artifact_name(file_name: str) -> tuple[str, str | None, int, str] | No
         n = _NESTED.fullmatch(file_name)
         if n is None:
             return None
-        file_name = f"{n['head']}_iteration_{n['iteration']}{n['kind']}"
+        file_name = f"{n['head']}_iteration_{n['iteration']}{n['rank'] or ''}{n['kind']}"
     m = _ARTIFACT_RE.match(file_name)
     if m is None:
         return None
@@ -221,7 +224,7 @@ class Artifact:
 
 _FLAT_HTML = re.compile(r"iteration_(\d{6,})\.html")  # old tinker-cookbook: no train_ prefix
 _NESTED = re.compile(
-    r"iteration_(?P<iteration>\d{6,})(?:-(?:[2-9]|[1-9]\d+))?/(?P<head>train|eval_.+?)"
+    r"iteration_(?P<iteration>\d{6,})(?:-(?:[2-9]|[1-9]\d+))?(?P<rank>\.rank[1-9]\d*)?/(?P<head>train|eval_.+?)"
     r"(?P<kind>\.html|_logtree\.json|_rollout_summaries\.jsonl)"
 )
 
@@ -245,6 +248,67 @@ def parse_iteration_file(name: str) -> Artifact | None:
             return None
     split, eval_name, iteration, kind = parsed
     return Artifact(name, split, eval_name, iteration, kind)
+
+
+# -- per-rank files (RunLogger(all_ranks=True) on rank r > 0) ---------------------------
+
+_RANK_RE = re.compile(r"^(?P<stem>\.?[^./]+)\.rank(?P<rank>[1-9]\d*)(?P<rest>\.[^/]*)?$")
+
+
+def rank_file_name(name: str, rank: int) -> str:
+    """The file rank ``rank`` writes for the run-level file ``name``: ``.rank<r>`` after the
+    name's first part (``metrics.jsonl`` -> ``metrics.rank1.jsonl``,
+    ``metrics.superseded.jsonl`` -> ``metrics.rank1.superseded.jsonl``, ``metrics.jsonl.torn``
+    -> ``metrics.rank1.jsonl.torn``, ``config.json`` -> ``config.rank1.json``,
+    ``.rllog.lock`` -> ``.rllog.rank1.lock``), so a reader that knows a rank's metrics
+    file finds its siblings by the same rule; ``name`` itself for rank 0. Names in
+    sub-folders and per-iteration artifacts are not run-level files and are returned
+    unchanged.
+
+    Raises:
+        ValueError: ``rank`` is not an int >= 0.
+    """
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+        raise ValueError(f"rank must be an int >= 0, got {rank!r}")
+    if rank == 0:
+        return name
+    if parse_artifact_name(name) is not None:
+        return _rank_artifact_name(name, rank)
+    if "/" in name or parse_iteration_file(name) is not None:
+        return name
+    dot = name.find(".", 1)
+    if dot < 0:
+        return f"{name}.rank{rank}"
+    return f"{name[:dot]}.rank{rank}{name[dot:]}"
+
+
+def _rank_artifact_name(name: str, rank: int) -> str:
+    """``train_iteration_000003.rank1_rollout_summaries.jsonl``; in the tinker layout the
+    folder gets the tag: ``iteration_000003.rank1/train.html``."""
+    n = _NESTED.fullmatch(name)
+    if n is not None:
+        return f"{name[: n.start('head') - 1]}.rank{rank}/{name.split('/', 1)[1]}"
+    m = _ARTIFACT_RE.match(name)
+    assert m is not None  # parse_artifact_name matched it
+    return f"{name[: m.start('kind')]}.rank{rank}{m['kind']}"
+
+
+def artifact_rank(name: str) -> int:
+    """The rank tag of an artifact name (``..._000003.rank2.html`` -> 2), 0 for none."""
+    if "/" in name:
+        n = _NESTED.fullmatch(name)
+        return int(n["rank"][len(".rank") :]) if n is not None and n["rank"] else 0
+    m = _ARTIFACT_RE.match(name)
+    return int(m["rank"]) if m is not None and m["rank"] else 0
+
+
+def parse_rank_file_name(name: str) -> tuple[str, int] | None:
+    """``(run-level name, rank)`` of a file :func:`rank_file_name` made, else None
+    (``metrics.rank2.jsonl`` -> ``("metrics.jsonl", 2)``)."""
+    m = _RANK_RE.fullmatch(name)
+    if m is None:
+        return None
+    return m["stem"] + (m["rest"] or ""), int(m["rank"])
 
 
 _COPY_SUFFIX = re.compile(r"\.([2-9]|[1-9]\d+)$")

@@ -72,6 +72,7 @@ from __future__ import annotations
 import collections
 import math
 import statistics
+from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
@@ -440,8 +441,8 @@ class _Metric:
         self.entropy = False
         self.first: list[tuple[int, float]] = []  # entropy: values until the start is known
         self.keep = False  # keep every value (the reward/KL trend rule)
-        self.values: list[float] = []
-        self.steps: list[int] = []
+        self.values = array("d")  # 8 bytes a value, 16 with its step: a million-step run's series in 16 MB
+        self.steps = array("q")
 
 
 class RuleEngine:
@@ -456,7 +457,7 @@ class RuleEngine:
     :func:`rllog.doctor.diagnose` returns).
 
     Memory: O(1) per metric, except the reward and KL series the trend rule keeps
-    (one float and one int per logged value).
+    (one float and one int per logged value, 16 bytes, in arrays).
     """
 
     def __init__(self, thresholds: Thresholds | None = None) -> None:
@@ -583,6 +584,24 @@ class RuleEngine:
             entry["steps"].append(step)
         entry["kinds"].add(kind)
         return []
+
+    def watches(self, metric: str) -> bool:
+        """True if a rule besides the NaN/Inf check reads ``metric``; of any other metric
+        only non-finite values need feeding (finite ones change nothing)."""
+        return canonical(metric) in _RULE_KEYS
+
+    def order_by_columns(self, columns: Sequence[str]) -> None:
+        """List findings as if the values had been fed column by column in ``columns``
+        order (what :func:`rllog.doctor.diagnose` does with a DataFrame), when they were
+        fed row by row: metrics and non-finite findings in that column order, and a
+        non-finite finding fired at its lowest step (the column's values in step order).
+        Metrics not in ``columns`` keep their place after those that are."""
+        rank = {c: i for i, c in enumerate(columns)}
+        last = len(rank)
+        self._metrics = dict(sorted(self._metrics.items(), key=lambda kv: rank.get(kv[0], last)))
+        self._nonfinite = dict(sorted(self._nonfinite.items(), key=lambda kv: rank.get(kv[0], last)))
+        for entry in self._nonfinite.values():
+            entry["fired_at"] = min(entry["steps"])
 
     # -- findings -------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -32,14 +33,18 @@ from rllog._format.layout import (
     SUPERSEDED_FILE,
     TORN_SUFFIX,
     Artifact,
+    artifact_rank,
     parse_iteration_file,
+    parse_rank_file_name,
     parse_superseded_file,
+    rank_file_name,
     safe_eval_name,
 )
 from rllog._format.rows import StepResolver
 from rllog._format.vocab import STEP_KEYS, is_eval
 from rllog._read.columnar import read_frame
 from rllog._read.foreign import trl_rows
+from rllog._read.stream import StreamedRows
 from rllog.errors import RunFormatError
 from rllog.storage import LocalStorage, Storage, open_storage
 
@@ -93,7 +98,9 @@ class Run:
         trl_state: dict[str, Any] | None = None,
         owns_storage: bool = True,
         columns: list[str] | None = None,
+        rank: int = 0,
     ) -> None:
+        self.rank = rank
         self.storage = storage
         self._owns_storage = owns_storage
         self.url = storage.url
@@ -111,7 +118,23 @@ class Run:
 
     # -- loading -------------------------------------------------------------------------
     def _sibling(self, name: str) -> str | None:
-        return None if self._prefix is None else f"{self._prefix}{name}"
+        return None if self._prefix is None else rank_file_name(f"{self._prefix}{name}", self.rank)
+
+    @property
+    def ranks(self) -> list[int]:
+        """The ranks with metrics in this run folder: 0 for ``metrics.jsonl``, ``r`` for each
+        ``metrics.rank<r>.jsonl`` (``RunLogger(all_ranks=True)``); read one with
+        ``read_run(path, rank=r)``. ``[]`` for a run that is not a folder of rllog files."""
+        if self._prefix is None:
+            return []
+        out = set()
+        for name in self.storage.list(self._prefix):
+            if name == f"{self._prefix}{METRICS_FILE}":
+                out.add(0)
+            parsed = parse_rank_file_name(name)
+            if parsed is not None and parsed[0] == f"{self._prefix}{METRICS_FILE}":
+                out.add(parsed[1])
+        return sorted(out)
 
     def _load(self) -> None:
         self._notes: list[str] = []
@@ -119,6 +142,7 @@ class Run:
         self._superseded_iterations = None
         self._frames.clear()
         self._rows_resolver: StepResolver | None = None
+        self._streamed: StreamedRows | None = None
         self._size_at_load = 0  # bytes of the metrics file when read: what lazy parsing reads
         self._one_clean_segment = False  # the columnar read found every row standing, no damage
         raw: list[tuple[int, dict]] | None = None
@@ -246,6 +270,7 @@ class Run:
         self._iterations = None
         self._superseded_iterations = None
         self._one_clean_segment = False
+        self._streamed = None
         resolver = self._resolver  # parse what was there before, so only new rows are returned
         rows = self._tail.poll()
         if self._tail.rewritten:
@@ -276,19 +301,53 @@ class Run:
         r = self._resolver
         return r.kept + [row for _, row in r.unstepped]
 
+    def iter_rows(self) -> Iterator[dict[str, Any]]:
+        """The standing metric rows one at a time, equal to :attr:`rows` row for row, in
+        bounded memory (:class:`rllog._read.stream.StreamedRows`: ~24 bytes per row plus a
+        1 MiB window, whatever the file size). Rows already read (after :attr:`rows`) come
+        from memory. What ``rllog summary`` and ``rllog doctor`` read a long run with.
+
+        Raises:
+            OSError: the storage failed.
+        """
+        if self._rows_resolver is not None:
+            return iter(self.rows)
+        return self._stream().rows()
+
+    def _stream(self) -> StreamedRows:
+        """The rule's pass over the metrics file without keeping rows (on first use)."""
+        if self._streamed is None:
+            assert self._tail is not None  # a trainer_state.json has its rows resolved at load
+            self._streamed = StreamedRows(self.storage, self.metrics_name, self.step_key, self._size_at_load)
+        return self._streamed
+
     @property
     def rows_read(self) -> int:
         """Metric rows parsed from the file (standing, merged and superseded)."""
+        if self._rows_resolver is None and self._streamed is not None:
+            return self._streamed.added
         return self._resolver.added
+
+    @property
+    def superseded_count(self) -> int:
+        """``len(superseded_rows)`` without building the rows (streamed when rows were not read)."""
+        aside = len(self._moved_aside)
+        if self._rows_resolver is None and self._tail is not None:
+            return self._stream().superseded + aside
+        return len(self._resolver.superseded) + aside
 
     @property
     def restarts(self) -> list[tuple[int, Any]]:
         """``(line, step)`` where each restart found in the metrics file begins (empty for one segment)."""
+        if self._rows_resolver is None and self._streamed is not None:
+            return list(self._streamed.restarts)
         return list(self._resolver.restarts)
 
     @property
     def merged_rows(self) -> int:
         """Rows merged into an earlier row of the same step (eval-only rows, summary rows, late eval results)."""
+        if self._rows_resolver is None and self._streamed is not None:
+            return self._streamed.merged
         return self._resolver.merged
 
     def _frame(self, what: str, build) -> pd.DataFrame:
@@ -423,7 +482,14 @@ class Run:
             Iteration(
                 i,
                 sorted(
-                    arts, key=lambda a: (a.split != "train", a.eval_name or "", order.index(a.kind), a.name)
+                    arts,
+                    key=lambda a: (
+                        a.split != "train",
+                        a.eval_name or "",
+                        artifact_rank(a.name),  # rank 0's first: what artifact() finds
+                        order.index(a.kind),
+                        a.name,
+                    ),
                 ),
             )
             for i, arts in sorted(found.items())
@@ -540,7 +606,9 @@ class Run:
         object, or a torn last line), with its line number; the reader skipped them.
         Part of :attr:`warnings`; ``rllog doctor`` reports them as a finding."""
         out: list[str] = []
-        for tail in (self._tail, self._ckpt_tail):
+        streamed = self._streamed if self._rows_resolver is None else None
+        metrics = streamed if streamed is not None else self._tail  # streamed (rllog doctor): its words
+        for tail in (metrics, self._ckpt_tail):
             if tail is not None:
                 out += [p for p in tail.problems if " line " in p] + ([tail.torn] if tail.torn else [])
         return out
@@ -553,24 +621,29 @@ class Run:
         if self._rows_resolver is None and self._one_clean_segment:
             tail = self._ckpt_tail  # the metrics file parsed whole, one segment: nothing to say of it
             return out + (tail.problems + ([tail.torn] if tail.torn else []) if tail is not None else [])
-        for tail in (self._tail, self._ckpt_tail):
-            if tail is not None:
-                out += tail.problems + ([tail.torn] if tail.torn else [])
-        r = self._resolver
-        if r.restarts:
-            where = ", ".join(f"line {line} ({self.step_key} {step})" for line, step in r.restarts[:5])
-            more = f" and {len(r.restarts) - 5} more" if len(r.restarts) > 5 else ""
+        streamed = self._streamed if self._rows_resolver is None else None
+        if streamed is not None:  # the file was streamed (rllog summary): its counts, same words
+            out += streamed.problems + ([streamed.torn] if streamed.torn else [])
+            restarts, superseded, unstepped = streamed.restarts, streamed.superseded, streamed.unstepped
+        else:
+            r = self._resolver
+            if self._tail is not None:
+                out += self._tail.problems + ([self._tail.torn] if self._tail.torn else [])
+            restarts, superseded, unstepped = r.restarts, len(r.superseded), len(r.unstepped)
+        if self._ckpt_tail is not None:
+            out += self._ckpt_tail.problems + ([self._ckpt_tail.torn] if self._ckpt_tail.torn else [])
+        if restarts:
+            where = ", ".join(f"line {line} ({self.step_key} {step})" for line, step in restarts[:5])
+            more = f" and {len(restarts) - 5} more" if len(restarts) > 5 else ""
             out.append(
-                f"{self.metrics_name}: {len(r.restarts)} restart(s) appended in one file, at {where}{more}; "
-                f"the latest segment wins, {len(r.superseded)} superseded rows are in Run.superseded"
+                f"{self.metrics_name}: {len(restarts)} restart(s) appended in one file, at {where}{more}; "
+                f"the latest segment wins, {superseded} superseded rows are in Run.superseded"
             )
-        if r.unstepped:
+        if unstepped:
             what = (
                 f"no {self.step_key!r}" if self.step_key else f"none of the step keys {', '.join(STEP_KEYS)}"
             )
-            out.append(
-                f"{self.metrics_name}: {len(r.unstepped)} rows have {what}; kept at the end in file order"
-            )
+            out.append(f"{self.metrics_name}: {unstepped} rows have {what}; kept at the end in file order")
         return out
 
     def close(self) -> None:
@@ -615,6 +688,7 @@ def read_run(
     *,
     step_key: str | None = None,
     columns: list[str] | None = None,
+    rank: int | None = None,
     **storage_options: Any,
 ) -> Run:
     """Read a run.
@@ -630,6 +704,11 @@ def read_run(
         columns: metric names: :attr:`Run.metrics` then holds the step column and these
             only, in this order (a run of one clean segment is parsed column by column and
             only these are converted; :attr:`Run.rows` still has every key).
+        rank: read rank ``rank``'s files of a run that every rank wrote
+            (``RunLogger(all_ranks=True)``): ``metrics.rank<r>.jsonl`` with its
+            ``checkpoints.rank<r>.jsonl`` and ``config.rank<r>.json``; 0 or None is the
+            run's own ``metrics.jsonl``. :attr:`Run.ranks` lists the ranks there are.
+            A path to ``metrics.rank<r>.jsonl`` reads that rank too.
         storage_options: passed to fsspec for URIs (e.g. ``token="anon"``).
 
     Damage does not raise: damaged lines, a torn final line and restarts are reported in
@@ -643,19 +722,24 @@ def read_run(
     """
     if columns is not None and (isinstance(columns, str) or not all(isinstance(c, str) for c in columns)):
         raise TypeError(f"read_run(columns=...): expected a list of metric names, got {columns!r}")
+    if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 0):
+        raise TypeError(f"read_run(rank=...): expected an int >= 0, got {rank!r}")
+    rank = rank or 0
+    folder_metrics = rank_file_name(METRICS_FILE, rank)
     if not isinstance(log_path, (str, os.PathLike)):
         return Run(
             open_storage(log_path, mode="r"),
-            METRICS_FILE,
+            folder_metrics,
             step_key=step_key,
             columns=columns,
             owns_storage=False,
+            rank=rank,
         )
     url = os.fspath(log_path).removeprefix("file://")
     if "://" not in url:
         path = Path(url).expanduser()
         if path.is_dir():
-            return Run(LocalStorage(path), METRICS_FILE, step_key=step_key, columns=columns)
+            return Run(LocalStorage(path), folder_metrics, step_key=step_key, columns=columns, rank=rank)
         if not path.is_file():
             raise FileNotFoundError(
                 f"no run at {path}: expected a folder with metrics.jsonl, a .jsonl file or trainer_state.json"
@@ -670,7 +754,7 @@ def read_run(
                 raise FileNotFoundError(
                     f"no run at {url}: no files there (expected a folder with metrics.jsonl, a .jsonl file or trainer_state.json)"
                 )
-            return Run(storage, METRICS_FILE, step_key=step_key, columns=columns)
+            return Run(storage, folder_metrics, step_key=step_key, columns=columns, rank=rank)
         storage = open_storage(parent, mode="r", **storage_options)
         if not storage.exists(name):
             raise FileNotFoundError(
@@ -687,5 +771,11 @@ def read_run(
                 "for a run folder pass the folder"
             )
         return Run(storage, name, prefix=None, step_key=step_key, columns=columns, trl_state=state)
+    tagged = parse_rank_file_name(name)
+    if tagged is not None and tagged[0].endswith(METRICS_FILE):  # metrics.rank<r>.jsonl
+        plain, rank = tagged
+        return Run(
+            storage, name, prefix=plain[: -len(METRICS_FILE)], step_key=step_key, columns=columns, rank=rank
+        )
     prefix = name[: -len(METRICS_FILE)] if name.endswith(METRICS_FILE) else None
     return Run(storage, name, prefix=prefix, step_key=step_key, columns=columns)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Iterable
 from typing import Any
 
 from rllog._format.vocab import EVAL_PREFIXES, KEY_METRICS, STEP_KEYS, TIME_KEYS
@@ -95,24 +96,103 @@ def _flatten(config: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: config}
 
 
+def _all_finite(row: dict[str, Any]) -> bool:
+    """True if every value of ``row`` is a finite number or a bool (one ``math.fsum`` in C)."""
+    try:
+        total = math.fsum(row.values())
+    except (TypeError, ValueError, OverflowError):  # a str, None, or an int too large for a float
+        return False
+    return total - total == 0
+
+
+class _Pass:
+    """What :func:`summarize` needs of the standing rows, gathered in one pass over them:
+    columns in first-logged order, the step range, the last value of every column (as
+    :func:`last_values` picks it) and the time-per-iteration series. Memory: O(columns)
+    plus one value per row for each of :data:`TIME_KEYS` logged (kept as logged: an int
+    median stays an int, as with :attr:`Run.rows`)."""
+
+    def __init__(self, rows: Iterable[dict[str, Any]], step_key: str | None) -> None:
+        seen: dict[str, None] = {}
+        found: dict[str, Any] = {}  # key -> last value that is not null or NaN
+        found_at: dict[str, Any] = {}  # key -> the step of that value
+        nan_last: dict[str, tuple[Any, Any]] = {}
+        times: dict[str, list[Any]] = {k: [] for k in TIME_KEYS}
+        n = 0
+        first = last = None
+        for row in rows:
+            n += 1
+            if len(row) != len(seen) or not seen.keys() >= row.keys():
+                seen.update(dict.fromkeys(row))
+            step = row.get(step_key) if step_key else None
+            if step_key and step_key in row and _is_number(step):
+                first = step if first is None or step < first else first
+                last = step if last is None or step > last else last
+            if _all_finite(row):  # the common row: whole-row updates in C
+                found.update(row)
+                found_at.update(dict.fromkeys(row, step))
+                for k in times.keys() & row.keys():
+                    v = row[k]
+                    if _is_number(v):
+                        times[k].append(v)
+                continue
+            for k, v in row.items():
+                if v is None:
+                    continue
+                if isinstance(v, float) and math.isnan(v):
+                    nan_last[k] = (v, step)
+                else:
+                    found[k] = v
+                    found_at[k] = step
+                    if k in times and _is_number(v) and math.isfinite(v):
+                        times[k].append(v)
+        self.rows = n
+        self.columns = list(seen)
+        self.first_step, self.last_step = first, last
+        self.times = times
+        self._found, self._found_at, self._nan = found, found_at, nan_last
+
+    def last_values(self, keys: list[str]) -> dict[str, tuple[Any, Any]]:
+        """:func:`last_values` of the rows for ``keys``."""
+        found, at, nan = self._found, self._found_at, self._nan
+        return {k: (found[k], at[k]) if k in found else nan[k] for k in keys if k in found or k in nan}
+
+    def key_metrics(self, step_key: str | None, limit: int = 12) -> list[str]:
+        """:func:`key_metrics` of the rows."""
+        cols = self.columns
+        have = set(cols)
+        out = [k for k in KEY_METRICS if k in have][:limit]
+        if len(out) < 4:
+            skip = set(out) | set(STEP_KEYS) | {step_key}
+            rest = [c for c in cols if c not in skip and not c.startswith(("time/", "progress/"))]
+            last = self.last_values(rest)
+            rest = [c for c in rest if c in last and _is_number(last[c][0])]
+            rest.sort(key=lambda c: c.startswith(EVAL_PREFIXES))
+            out += rest[: limit - len(out)]
+        return out
+
+
 def summarize(run: Run, keys: list[str] | None = None) -> dict[str, Any]:
-    """Everything ``rllog summary`` prints, as a JSON-able dict."""
-    rows = run.rows
+    """Everything ``rllog summary`` prints, as a JSON-able dict.
+
+    The metric rows are streamed (:meth:`Run.iter_rows`): memory stays bounded by the
+    number of columns, not the size of the file (a value per row for the time series).
+    """
     sk = run.step_key
-    cols = columns(rows)
-    steps = [r[sk] for r in rows if sk in r and _is_number(r[sk])] if sk else []
-    keys = keys or key_metrics(rows, cols, sk)
-    last = last_values(rows, keys, sk)
+    scan = _Pass(run.iter_rows(), sk)
+    cols = scan.columns
+    keys = keys or scan.key_metrics(sk)
+    last = scan.last_values(keys)
     out: dict[str, Any] = {
         "run": run.url,
         "metrics_file": run.metrics_name,
         "step_key": sk,
         "rows_read": run.rows_read,
-        "rows": len(rows),
-        "first_step": min(steps) if steps else None,
-        "last_step": max(steps) if steps else None,
-        "segments": len(run.restarts) + 1 if rows else 0,
-        "superseded_rows": len(run.superseded_rows),
+        "rows": scan.rows,
+        "first_step": scan.first_step,
+        "last_step": scan.last_step,
+        "segments": len(run.restarts) + 1 if scan.rows else 0,
+        "superseded_rows": run.superseded_count,
         "merged_rows": run.merged_rows,
         "columns": len(cols),
         "metrics": len(metric_keys(cols, sk)),
@@ -122,7 +202,7 @@ def summarize(run: Run, keys: list[str] | None = None) -> dict[str, Any]:
         "time_per_iteration": None,
     }
     for tk in TIME_KEYS:
-        times = [r[tk] for r in rows if _is_number(r.get(tk)) and math.isfinite(r[tk])]
+        times = scan.times[tk]
         if times:
             out["time_per_iteration"] = {
                 "key": tk, "n": len(times), "mean_s": statistics.fmean(times),

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from itertools import chain
-from operator import attrgetter
+from operator import attrgetter, ne
 from typing import Any
 
 from rllog._format.codec import scalar, to_jsonable
-from rllog._format.records import StepSummary, TrajectorySummary
+from rllog._format.records import SCHEMA_VERSION, StepSummary, TrajectorySummary
 
 _FAST = frozenset({float, int, str, bool, type(None)})
+_NO_DICT: dict[str, Any] = {}  # a missing metrics/logs key (each step then gets its own {})
 _STR = frozenset({str})
 
 _STEP_KEYS = frozenset({"step_idx", "ob_len", "ac_len", "reward", "episode_done", "metrics", "logs"})
@@ -144,6 +145,10 @@ def _scalars_ok(dicts: list[dict[Any, Any]]) -> bool:
 
 
 _REWARD = attrgetter("reward")
+_STEPS = attrgetter("steps")
+_METRICS = attrgetter("metrics")
+_LOGS = attrgetter("logs")
+_TRAJ_METRICS = attrgetter("trajectory_metrics")
 _TOTAL = attrgetter("total_reward")
 _FINAL = attrgetter("final_reward")
 
@@ -236,10 +241,59 @@ class _Builder:
             return []
         last = len(steps) - 1
         step = self.step
+        cls = self.step_cls
+        styles = self._styles  # step class -> _step_style, filled by self.step on a class's first step
         out: list[StepSummary] = []
+        append = out.append
         try:
             for i, s in enumerate(steps):
-                out.append(step(s, i, i == last))
+                # the common dict step, inline: known keys, plain values (anything else: self.step)
+                if type(s) is dict and s.keys() <= _STEP_KEYS and "reward" in s:
+                    reward = s["reward"]
+                    ob_len = s.get("ob_len", 0)
+                    ac_len = s.get("ac_len", 0)
+                    done = s.get("episode_done", i == last)
+                    metrics = s.get("metrics", _NO_DICT)
+                    logs = s.get("logs", _NO_DICT)
+                    if (
+                        type(reward) is float
+                        and type(ob_len) is int
+                        and ob_len >= 0
+                        and type(ac_len) is int
+                        and ac_len >= 0
+                        and type(done) is bool
+                        and type(metrics) is dict
+                        and type(logs) is dict
+                    ):
+                        append(
+                            cls(
+                                i,
+                                ob_len,
+                                ac_len,
+                                reward,
+                                done,
+                                {} if metrics is _NO_DICT else metrics,
+                                {} if logs is _NO_DICT else logs,
+                            )
+                        )
+                        continue
+                elif styles.get(type(s)) == "tinker":  # tinker-cookbook Transition, inline
+                    try:
+                        reward, ob_len, ac_len = s.reward, s.ob.length, len(s.ac.tokens)
+                        done, metrics, logs = s.episode_done, s.metrics, s.logs
+                    except AttributeError:  # an odd one of the class: self.step says what it lacks
+                        reward = None
+                    if (
+                        type(reward) is float
+                        and type(ob_len) is int
+                        and ob_len >= 0
+                        and type(done) is bool
+                        and type(metrics) is dict
+                        and type(logs) is dict
+                    ):
+                        append(cls(i, ob_len, ac_len, reward, done, metrics, logs))
+                        continue
+                append(step(s, i, i == last))
         except (TypeError, ValueError) as e:
             raise type(e)(f"step {len(out)}: {e}") from None
         return out
@@ -341,17 +395,8 @@ class _Builder:
             TypeError: a key that is not a str/int/float, or a value that is not a
                 number, bool, str or None (nested lists/dicts are allowed in logs).
         """
-        if not full:
-            steps = [s for r in records for s in r.steps]
-            if (
-                _finite(sum(map(_REWARD, steps)))
-                and _finite(sum(map(_TOTAL, records)))
-                and _finite(sum(map(_FINAL, records)))
-                and _numbers_ok([s.metrics for s in steps])
-                and _numbers_ok([r.trajectory_metrics for r in records])
-                and _scalars_ok([s.logs for s in steps])
-            ):
-                return set()
+        if not full and _quick_ok(records):
+            return set()
         dirty = set()
         for i, r in enumerate(records):
             k = -1
@@ -445,16 +490,118 @@ def _is_record(x: Any, traj_cls: type) -> bool:
     return isinstance(x, traj_cls) or (isinstance(x, Mapping) and "group_idx" in x)
 
 
+_INT = frozenset({int})
+_FLOAT = frozenset({float})
+_BOOL = frozenset({bool})
+_DICT = frozenset({dict})
+_LIST = frozenset({list})
+_OPT_INT = frozenset({int, type(None)})
+_IDX = attrgetter("group_idx", "traj_idx")
+_STEP_LENS = attrgetter("ob_len", "ac_len")
+
+
+def _as_written(
+    records: Sequence[Any], iteration: int, split: str, tags: Any, sampling_client_step: Any
+) -> list[TrajectorySummary] | None:
+    """``records`` as a list when every one is a :class:`TrajectorySummary` that building
+    would reproduce field for field (this call's split and iteration, the schema version,
+    value types as written, each step's ``step_idx`` its position), else None.
+
+    Checked for the whole batch at once with C-level ``map``/``set`` calls, so ready
+    records cost a fraction of rebuilding them; the records are then written as they
+    are, not copied (the batch value check of :meth:`_Builder.check` still runs, and a
+    record needing conversion sends the call to the rebuilding path).
+    """
+    if type(records) is not list or tags is not None or sampling_client_step is not None:
+        return None
+    if set(map(type, records)) != {TrajectorySummary}:
+        return None
+    get = attrgetter
+    try:
+        if (
+            set(map(get("schema_version"), records)) != {SCHEMA_VERSION}
+            or set(map(get("split"), records)) != {split}
+            or set(map(get("iteration"), records)) != {iteration}
+            or set(map(type, map(get("iteration"), records))) != _INT
+        ):
+            return None
+        idx = list(chain.from_iterable(map(_IDX, records)))
+        if set(map(type, idx)) != _INT or min(idx) < 0:
+            return None
+        if not (
+            set(map(type, map(get("total_reward"), records))) <= _FLOAT
+            and set(map(type, map(get("final_reward"), records))) <= _FLOAT
+            and set(map(type, map(get("trajectory_metrics"), records))) <= _DICT
+            and set(map(type, map(get("tags"), records))) <= _LIST
+            and set(map(type, chain.from_iterable(map(get("tags"), records)))) <= _STR
+            and set(map(type, map(get("steps"), records))) <= _LIST
+        ):
+            return None
+        for name in ("sampling_client_step", "final_ob_len"):
+            values = [v for v in map(get(name), records) if v is not None]
+            if values and (set(map(type, values)) != _INT or min(values) < 0):
+                return None
+        steps = list(chain.from_iterable(map(get("steps"), records)))
+        if steps:
+            if set(map(type, steps)) != {StepSummary}:
+                return None
+            lens = list(chain.from_iterable(map(_STEP_LENS, steps)))
+            if set(map(type, lens)) != _INT or min(lens) < 0:
+                return None
+            if not (
+                set(map(type, map(get("reward"), steps))) <= _FLOAT
+                and set(map(type, map(get("episode_done"), steps))) <= _BOOL
+                and set(map(type, map(get("metrics"), steps))) <= _DICT
+                and set(map(type, map(get("logs"), steps))) <= _DICT
+            ):
+                return None
+            positions = chain.from_iterable(map(range, map(len, map(get("steps"), records))))
+            if any(map(ne, map(get("step_idx"), steps), positions)):
+                return None
+    except TypeError:  # a value that does not compare (min of odd types)
+        return None
+    return records
+
+
+class Rebuild(Exception):
+    """Raised by the recheck of reused ready records: the encoder met a value the batch
+    check let through; build the records again (``build(..., reuse=False)``), which
+    converts it or names it, without touching the caller's records."""
+
+
+def _rebuild() -> set[int]:
+    raise Rebuild
+
+
+def _quick_ok(records: list[TrajectorySummary]) -> bool:
+    """The batch check of :meth:`_Builder.check`: every reward finite, every metric a
+    finite number, every log value a JSON scalar (then no record needs the slow encoder)."""
+    steps = list(chain.from_iterable(map(_STEPS, records)))
+    return (
+        _finite(sum(map(_REWARD, steps)))
+        and _finite(sum(map(_TOTAL, records)))
+        and _finite(sum(map(_FINAL, records)))
+        and _numbers_ok(list(map(_METRICS, steps)))
+        and _numbers_ok(list(map(_TRAJ_METRICS, records)))
+        and _scalars_ok(list(map(_LOGS, steps)))
+    )
+
+
 def build(
     groups: Any,
     iteration: int,
     split: str,
     tags: Any = None,
     sampling_client_step: Any = None,
+    reuse: bool = True,
 ) -> tuple[list[TrajectorySummary], set[int], Callable[[], set[int]]]:
     """Records for ``groups``, the indices of records that need the slow encoder, and a
     function that checks every record fully (for when the encoder meets a value the
-    quick batch check let through) and returns those indices again."""
+    quick batch check let through) and returns those indices again.
+
+    Ready :class:`TrajectorySummary` records that building would reproduce exactly are
+    returned as they are (``reuse``; see :func:`_as_written`); their recheck raises
+    :class:`Rebuild`."""
     if isinstance(groups, (str, bytes, Mapping)) or not isinstance(groups, Sequence):
         raise TypeError(
             f"rollouts for iteration {iteration}: expected a list of trajectory groups or of records, "
@@ -464,6 +611,9 @@ def build(
     out: list[TrajectorySummary] = []
     n = len(groups)
     if n and _is_record(groups[0], b.traj_cls):
+        ready = _as_written(groups, iteration, split, tags, sampling_client_step) if reuse else None
+        if ready is not None and _quick_ok(ready):  # already exactly what would be written
+            return ready, set(), _rebuild
         tag_default = _tag_list(tags, "tags") if tags is not None else []
         step_default = _opt_step(sampling_client_step) if not isinstance(sampling_client_step, list) else None
         for i, rec in enumerate(groups):

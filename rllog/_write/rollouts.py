@@ -46,7 +46,7 @@ import msgspec
 from rllog._format.codec import to_jsonable
 from rllog._format.layout import artifact_name
 from rllog._format.records import TrajectorySummary
-from rllog._write.rollout_input import build
+from rllog._write.rollout_input import Rebuild, build
 from rllog.storage import Storage
 
 __all__ = [
@@ -211,13 +211,19 @@ def encode_rollouts(
     ``layout`` names the file as :func:`rllog._format.layout.artifact_name`)."""
     _check_order(iteration, groups, "encode_rollouts")
     name = artifact_name(iteration, "rollout_summaries", eval_name, layout)
-    records, dirty, recheck = build(
-        groups, iteration, _split_for(split, eval_name), tags, sampling_client_step
-    )
+    split = _split_for(split, eval_name)
+    records, dirty, recheck = build(groups, iteration, split, tags, sampling_client_step)
     try:
         data = _encode(records, dirty, strict_json)
     except TypeError:  # a value the quick batch check let through (numpy scalar, odd key)
-        data = _encode(records, recheck(), strict_json)
+        try:
+            data = _encode(records, recheck(), strict_json)
+        except Rebuild:  # ready records written as they were: build copies, converting
+            records, dirty, recheck = build(groups, iteration, split, tags, sampling_client_step, reuse=False)
+            try:
+                data = _encode(records, dirty, strict_json)
+            except TypeError:
+                data = _encode(records, recheck(), strict_json)
     return name, records, data
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from rllog._format.layout import artifact_name
 from rllog.logtree._model import Trace, open_trace, set_renderer
-from rllog.logtree._render import encode_json, render_html
+from rllog.logtree._render import encode_json, gc_paused, render_html
 from rllog.logtree._render import html_bytes as _page_bytes
 
 __all__ = ["html_bytes", "iteration_trace", "write_trace"]
@@ -27,7 +27,8 @@ set_renderer(encode_json, render_html)
 def html_bytes(trace: Trace) -> bytes:
     """``trace``'s HTML page as UTF-8 bytes (what :func:`write_trace` writes; lone surrogates
     become visible ``\\udXXX`` escapes, so the bytes are always valid UTF-8)."""
-    return _page_bytes(trace.view())
+    with gc_paused():
+        return _page_bytes(trace.view())
 
 
 def write_trace(
@@ -51,12 +52,15 @@ def write_trace(
     """
     html_name = artifact_name(iteration, "html", eval_name, layout)
     json_name = artifact_name(iteration, "logtree", eval_name, layout)
-    trace._nav = _neighbours(iteration, eval_name, layout)
-    if trace.path is None:
-        trace.path = _normal_url(f"{storage.url}/{html_name}")
-    view = trace.view()
-    storage.write(json_name, encode_json(view))
-    storage.write(html_name, _page_bytes(view))
+    with gc_paused():  # the view, the JSON and the page: rllog's code only, no cycles made
+        trace._nav = _neighbours(iteration, eval_name, layout)
+        if trace.path is None:
+            trace.path = _normal_url(f"{storage.url}/{html_name}")
+        view = trace.view()
+        json_bytes = encode_json(view)
+        page = _page_bytes(view)
+    storage.write(json_name, json_bytes)
+    storage.write(html_name, page)
     return html_name, json_name
 
 

@@ -69,7 +69,8 @@ def test_all_ranks_writes_from_every_rank(tmp_path):
     with RunLogger(tmp_path, rank=2, all_ranks=True, code_diff=False, index=False) as logger:
         assert logger.is_writer
         logger.log_metrics(0, {"x": 1.0})
-    assert (tmp_path / "metrics.jsonl").read_bytes() == b'{"step":0,"x":1.0}\n'
+    # rank 2 writes its own rank-tagged file (docs/FORMATS.md "Per-rank files")
+    assert (tmp_path / "metrics.rank2.jsonl").read_bytes() == b'{"step":0,"x":1.0}\n'
 
 
 def test_iteration_and_groups_come_in_the_same_order_everywhere():

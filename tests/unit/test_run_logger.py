@@ -583,7 +583,9 @@ def test_only_rank_zero_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert not (tmp_path / "r1").exists()
     with RunLogger(tmp_path / "all", all_ranks=True, code_diff=False) as logger:
         logger.log_metrics(0, {"a": 1})
-    assert rows(tmp_path / "all" / "metrics.jsonl") == [{"step": 0, "a": 1}]
+    # all_ranks: rank 1 writes its own rank-tagged files (docs/FORMATS.md "Per-rank files")
+    assert rows(tmp_path / "all" / "metrics.rank1.jsonl") == [{"step": 0, "a": 1}]
+    assert not (tmp_path / "all" / "metrics.jsonl").exists()
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("LOCAL_RANK", "3")
     assert RunLogger(tmp_path / "r0", code_diff=False).is_writer
