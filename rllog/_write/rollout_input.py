@@ -33,24 +33,9 @@ _FAST = frozenset({float, int, str, bool, type(None)})
 _NO_DICT: dict[str, Any] = {}  # a missing metrics/logs key (each step then gets its own {})
 _STR = frozenset({str})
 
-_STEP_KEYS = frozenset({"step_idx", "ob_len", "ac_len", "reward", "episode_done", "metrics", "logs"})
-_TRAJ_KEYS = frozenset(
-    {
-        "schema_version",
-        "split",
-        "iteration",
-        "group_idx",
-        "traj_idx",
-        "tags",
-        "sampling_client_step",
-        "total_reward",
-        "final_reward",
-        "trajectory_metrics",
-        "metrics",  # alias of trajectory_metrics in loop-made dicts
-        "final_ob_len",
-        "steps",
-    }
-)
+_STEP_KEYS = frozenset(StepSummary.__struct_fields__)
+#: the record's fields, and "metrics", an alias of trajectory_metrics in loop-made dicts
+_TRAJ_KEYS = frozenset(TrajectorySummary.__struct_fields__) | {"metrics"}
 
 
 _LEN_STYLE: dict[type, str] = {}  # how to count the tokens of each class of observation/action
