@@ -22,17 +22,24 @@ WORKERS = 4
 @pytest.fixture(scope="module")
 def ray_cluster():
     import os
+    import shutil
+    import tempfile
 
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"  # no usage report to the internet
+    # Ray's unix sockets live under its temp dir and a socket path may not exceed 107 bytes:
+    # a short folder directly under /tmp, not the (long) per-test temp root TMPDIR points at
+    temp_dir = tempfile.mkdtemp(prefix="rllog-ray-", dir="/tmp")
     ray.init(
         num_cpus=2,
         include_dashboard=False,
         log_to_driver=False,
         configure_logging=False,
         _node_ip_address="127.0.0.1",
+        _temp_dir=temp_dir,
     )
     yield
     ray.shutdown()
+    shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def _sampler_class() -> Any:
