@@ -202,7 +202,6 @@ class RunLogger:
         self.resume_key = resume_key
         self.resume_require = resume_require
         # the highest row position logged (epoch checkpoint records keep it)
-        self._last_logged: int | float | None = None
         self.resume_state: ResumeState | None = None
         self._notes = Notes()
         self.warnings = self._notes.messages
@@ -412,9 +411,6 @@ class RunLogger:
             if self._timings.spans:
                 self._write_spans(step)
         self._metrics.write(step, metrics)
-        position = metrics.get("progress/batch", step)
-        if isinstance(position, (int, float)) and (self._last_logged is None or position > self._last_logged):
-            self._last_logged = position
 
     def _check_open(self, call: str) -> None:
         """Every writing call after :meth:`close` raises the same error, on every backend."""
@@ -501,9 +497,10 @@ class RunLogger:
         self._check_open(f"log_checkpoint({name!r})")
         fields = {"epoch": epoch, "final": final, "state_path": state_path, "sampler_path": sampler_path}
         record = checkpoint_record(name, batch, fields, loop_state)
-        if epoch is not None and self._last_logged is not None and "last_logged_step" not in record:
+        last_logged = self._metrics.last_position()
+        if epoch is not None and last_logged is not None and "last_logged_step" not in record:
             # ``batch`` counts within the epoch: the last position logged says where a resume starts
-            record["last_logged_step"] = self._last_logged
+            record["last_logged_step"] = last_logged
         self._checkpoints.add(record)
         if self._sinks is not None:
             self._sinks.put("log_checkpoint", dict(record))

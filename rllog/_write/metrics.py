@@ -138,6 +138,17 @@ class MetricsWriter:
                 return
         self._last_row = {**last, **row}
 
+    def last_position(self) -> int | float | None:
+        """Where the last row logged by this writer stands in the loop: its ``progress/batch``
+        when it logged a number there, else its step; None before the first row. Derived at
+        the call (a checkpoint), nothing is kept per row for it."""
+        if self._last_step is None:
+            return None
+        position = self._last_row.get("progress/batch", self._last_step)
+        if isinstance(position, bool) or not isinstance(position, (int, float)):
+            return self._last_step
+        return position
+
     def drain(self) -> bool:
         """Write the held-back rows, in order; True when none is left. Locally, first
         notices a run folder deleted mid-run and recreates it (:meth:`_relink`)."""
