@@ -12,7 +12,8 @@ Example::
 
 What survives a crash: locally, every row ``log_metrics`` returned from is in the OS
 (``os.write`` on an ``O_APPEND`` descriptor) and survives a killed process; checkpoint
-records and everything before them are fsynced. On object stores, rows are uploaded by
+records and everything before them are fsynced (reports and rollout summary files
+together at each checkpoint and at close, not one by one). On object stores, rows are uploaded by
 the storage's flush (see :mod:`rllog.storage`); a checkpoint record is appended only
 after everything before it was uploaded.
 
@@ -248,7 +249,10 @@ class RunLogger:
         self._artifacts: Storage = (
             cast(Storage, NoClobberStorage(self.storage, warn)) if self._worker else self.storage
         )
-        self._rollouts = RolloutFiles(self._artifacts, warn)
+        # the run's writer on local disk fsyncs reports and rollout files in batches: its
+        # checkpoint barrier (and close) fsyncs them all before a record is appended
+        batched = not self._worker and isinstance(self.storage, LocalStorage)
+        self._rollouts = RolloutFiles(self._artifacts, warn, durable=not batched)
         self._checkpoints = CheckpointCommitter(
             self.storage,
             self._metrics,
@@ -593,8 +597,9 @@ class RunLogger:
     ) -> None:
         """Write ``train_iteration_NNNNNN_rollout_summaries.jsonl`` (or, with
         ``eval_name``, ``eval_<name>_iteration_NNNNNN_rollout_summaries.jsonl``): one
-        record per trajectory, written atomically; calling again for the same iteration
-        and split (after a resume) replaces the file.
+        record per trajectory, written atomically (on local disk fsynced with the next
+        checkpoint or close, together with the other files written since); calling again
+        for the same iteration and split (after a resume) replaces the file.
 
         ``groups`` is a list of trajectory groups (lists of trajectory dicts or
         tinker-cookbook-like ``TrajectoryGroup`` objects) or ready-made records; see

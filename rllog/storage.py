@@ -12,9 +12,11 @@ the repository runs it against local disk, ``memory://``, the GCS emulator and m
 - ``read(name)`` returns the whole file as bytes, including bytes appended and not yet
   flushed; a missing file raises ``FileNotFoundError`` naming the URL.
   ``read_range(name, start, end)`` returns ``[start, end)`` clipped to the size.
-- ``write(name, data)`` replaces the file atomically: a reader sees the old bytes or
-  the new ones, never a mix (temp file + ``os.replace`` locally, one PUT on an object
-  store).
+- ``write(name, data, durable=True)`` replaces the file atomically: a reader sees the
+  old bytes or the new ones, never a mix (temp file + ``os.replace`` locally, one PUT on
+  an object store). ``durable=False`` lets the write wait for the next durable flush to
+  survive a power loss (locally: no fsync per file; the flush fsyncs them all); on an
+  object store it changes nothing.
 - ``append(name, data)`` adds bytes at the end. Locally they reach the OS before it
   returns (``os.write`` on an ``O_APPEND`` descriptor): a killed process loses nothing
   that was appended. On an object store they are staged (memory and a local spill
@@ -26,8 +28,9 @@ the repository runs it against local disk, ``memory://``, the GCS emulator and m
   straight through), so a caller can see whether a slow upload makes progress.
 - ``flush(durable=False, timeout=None)`` pushes staged appends to the backend and
   waits at most ``timeout`` seconds (``None``: the handle's default);
-  ``durable=True`` also fsyncs local files and raises ``StorageError`` if not
-  everything got through. ``close(timeout=None)`` flushes durably and is idempotent.
+  ``durable=True`` also fsyncs local files (appended ones, and whole files written
+  with ``durable=False`` since the last durable flush) and raises ``StorageError`` if
+  not everything got through. ``close(timeout=None)`` flushes durably and is idempotent.
 - ``list(prefix)`` returns the names of files (not folders) under the run whose name
   starts with ``prefix``, sorted.
 - Errors are ``OSError``s: ``FileNotFoundError``, ``rllog.errors.StorageError`` (a

@@ -183,9 +183,9 @@ class FaultyStorage:
         self._fault("size", name)
         return self.inner.size(name)
 
-    def write(self, name: str, data: bytes) -> None:
+    def write(self, name: str, data: bytes, *, durable: bool = True) -> None:
         self._fault("write", name)
-        self.inner.write(name, data)
+        self.inner.write(name, data, durable=durable)
 
     def append(self, name: str, data: bytes) -> None:
         self._fault("append", name)
@@ -288,6 +288,42 @@ class StorageConformance:
         assert storage.read_range("x.bin", 11, 100) == b"bc"
         assert storage.read_range("x.bin", 20) == b""
 
+    def test_write_not_durable_reads_back_and_a_durable_flush_keeps_it(self, storage: Storage) -> None:
+        """``write(..., durable=False)`` (reports, rollout files between checkpoints): the
+        bytes read back at once, a newer write replaces them, and after a durable flush
+        another handle sees exactly the last ones."""
+        storage.write("train_iteration_000001.html", b"<p>first</p>", durable=False)
+        storage.write("iteration_000002/train.html", b"<p>2</p>", durable=False)
+        storage.write("config.json", b"{}", durable=True)
+        assert storage.read("train_iteration_000001.html") == b"<p>first</p>"
+        storage.write("train_iteration_000001.html", b"<p>second</p>", durable=False)
+        assert storage.read("train_iteration_000001.html") == b"<p>second</p>"
+        assert storage.list() == ["config.json", "iteration_000002/train.html", "train_iteration_000001.html"]
+        storage.flush(durable=True)
+        assert storage.pending() == {}
+        other = self.reopen(storage)
+        assert other.read("train_iteration_000001.html") == b"<p>second</p>"
+        assert other.read("iteration_000002/train.html") == b"<p>2</p>"
+
+    def test_write_not_durable_then_removed_or_rewritten_durably(self, storage: Storage) -> None:
+        """A file written with ``durable=False`` and removed (a resume moving a report aside)
+        or rewritten durably before the durable flush: the flush raises nothing and the
+        run holds what was written last."""
+        storage.write("a.html", b"a", durable=False)
+        storage.write("b.html", b"b", durable=False)
+        storage.remove("a.html")
+        storage.write("b.html", b"b2", durable=True)
+        storage.flush(durable=True)
+        storage.close()
+        other = self.reopen(storage)
+        assert other.list() == ["b.html"] and other.read("b.html") == b"b2"
+
+    def test_close_keeps_writes_that_were_not_durable(self, storage: Storage) -> None:
+        storage.write("train_iteration_000003_rollout_summaries.jsonl", b'{"traj_idx": 0}\n', durable=False)
+        storage.close()
+        other = self.reopen(storage)
+        assert other.read("train_iteration_000003_rollout_summaries.jsonl") == b'{"traj_idx": 0}\n'
+
     def test_large_whole_file_is_atomic_and_exact(self, storage: Storage) -> None:
         data = b"<html>" + b"x" * (3 * 2**20) + b"</html>"
         storage.write("train_iteration_000001.html", data)
@@ -366,6 +402,8 @@ class StorageConformance:
     def test_bad_names_are_refused(self, storage: Storage, name: str) -> None:
         with pytest.raises(ValueError):
             storage.write(name, b"x")
+        with pytest.raises(ValueError):
+            storage.write(name, b"x", durable=False)
         with pytest.raises(ValueError):
             storage.append(name, b"x")
 

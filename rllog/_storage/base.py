@@ -69,12 +69,18 @@ class Storage(Protocol):
         """The file's size in bytes, unflushed appends included. Raises: as :meth:`read`."""
         ...
 
-    def write(self, name: str, data: bytes) -> None:
+    def write(self, name: str, data: bytes, *, durable: bool = True) -> None:
         """Replace the whole file with ``data``, atomically: a reader sees the old bytes or
         the new ones, never a mix. Appends staged before it are dropped.
 
-        A crash before the write is durable leaves the old content (locally the write is
-        durable when it returns; on an object store after the next flush).
+        ``durable`` says whether the write must survive a power loss on its own, or may
+        wait for the next ``flush(durable=True)`` (checkpoints, close), which makes every
+        write before it durable whichever was asked. Locally ``durable=True`` fsyncs the
+        new content before the rename (after a power loss: the old content or the new),
+        ``durable=False`` leaves the fsync to that flush (after a power loss before it:
+        the old content, nothing, or a prefix). On an object store it changes nothing:
+        the write is staged and uploaded in the background, and durable after the next
+        flush either way. A killed process loses neither (locally the bytes are in the OS).
 
         Raises:
             OSError: the write failed (``ENOSPC``, ``EACCES``...); the old content is kept.
@@ -123,8 +129,10 @@ class Storage(Protocol):
         """Push what was appended and written to the backend.
 
         Args:
-            durable: also make it survive a power loss (fsync locally); with ``durable``
-                a failure raises, without it a backend may warn once instead.
+            durable: also make it survive a power loss (locally: fsync the files appended
+                to, the files written with ``write(..., durable=False)`` since the last
+                durable flush, and their folders); with ``durable`` a failure raises,
+                without it a backend may warn once instead.
             timeout: seconds to wait at most (``None``: the handle's default); ignored by
                 backends that never wait (local disk).
 

@@ -128,7 +128,7 @@ class ReadOnlyStorage:
 
     # ------------------------------------------------------------------ refused
 
-    def write(self, name: str, data: bytes) -> None:
+    def write(self, name: str, data: bytes, *, durable: bool = True) -> None:
         """Raises :class:`ReadOnlyStorageError`."""
         self._refuse("write", name)
 

@@ -236,9 +236,11 @@ class FsspecStorage:
                 staged.marks.append((self._seq, len(staged.tail)))
             self._spill(journal, lambda spill: spill.append(name, data))
 
-    def write(self, name: str, data: bytes) -> None:
+    def write(self, name: str, data: bytes, *, durable: bool = True) -> None:
         """Stage ``data`` as the whole new content of ``name`` (uploaded in one PUT:
-        readers see the old file or the new one). Appends staged before it are dropped."""
+        readers see the old file or the new one). Appends staged before it are dropped.
+        ``durable`` changes nothing: every write is uploaded in the background and is
+        durable once a flush has seen it uploaded."""
         self._check(name)
         data = bytes(data)
         with self._state:

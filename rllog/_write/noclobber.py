@@ -38,14 +38,15 @@ class NoClobberStorage:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._storage, name)
 
-    def write(self, name: str, data: bytes) -> None:
-        """Write ``name`` (or its numbered copy when another writer's file is there).
+    def write(self, name: str, data: bytes, *, durable: bool = True) -> None:
+        """Write ``name`` (or its numbered copy when another writer's file is there);
+        ``durable`` as :meth:`rllog.storage.Storage.write`.
 
         Raises:
             OSError: from the storage (nothing is remembered as written then).
         """
         target = self._target(name)
-        self._storage.write(target, data)
+        self._storage.write(target, data, durable=durable)
         self._mine.add(target)
 
     def _target(self, name: str) -> str:

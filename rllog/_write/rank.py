@@ -82,8 +82,8 @@ class RankStorage:
     def size(self, name: str) -> int:
         return self.inner.size(self._name(name))
 
-    def write(self, name: str, data: bytes) -> None:
-        self.inner.write(self._name(name), data)
+    def write(self, name: str, data: bytes, *, durable: bool = True) -> None:
+        self.inner.write(self._name(name), data, durable=durable)
 
     def append(self, name: str, data: bytes) -> None:
         self.inner.append(self._name(name), data)

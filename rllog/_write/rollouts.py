@@ -349,14 +349,21 @@ class RolloutFiles:
     files kept); ``save_elsewhere()`` puts what is still unwritten into a local temp
     folder at close and returns a message naming every file.
 
+    ``durable=False`` writes each file with ``storage.write(..., durable=False)``: no
+    fsync per file locally; the run's next durable flush (the checkpoint barrier, close)
+    fsyncs them all before a checkpoint record is appended. Only for the run's own writer:
+    its checkpoints are what order these files. A worker's files are written durably
+    (the learner's checkpoint cannot wait for another process's files).
+
     Thread-safe: the loop, user threads and the checkpoint committer's thread call it at
     once; one lock guards :attr:`unwritten` and the writes (a write of one file is never
     raced by a second write of the same bytes).
     """
 
-    def __init__(self, storage: Storage, warn: Callable[[str, str], None]) -> None:
+    def __init__(self, storage: Storage, warn: Callable[[str, str], None], *, durable: bool = True) -> None:
         self._storage = storage
         self._warn = warn
+        self._durable = durable
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self.unwritten: dict[str, bytes] = {}
@@ -385,7 +392,10 @@ class RolloutFiles:
         refused: list[str] = []
         for name in list(unwritten):
             try:
-                self._storage.write(name, unwritten[name])
+                if self._durable:  # the default: also what a storage without the keyword does
+                    self._storage.write(name, unwritten[name])
+                else:
+                    self._storage.write(name, unwritten[name], durable=False)
             except OSError as exc:
                 refused.append(name)
                 self._warn(

@@ -30,9 +30,9 @@ def _groups(i: int) -> list:
 class SlowWrites(LocalStorage):
     """Whole-file writes take a little while, so threads overlap inside them."""
 
-    def write(self, name: str, data: bytes) -> None:
+    def write(self, name: str, data: bytes, *, durable: bool = True) -> None:
         time.sleep(0.001)
-        super().write(name, data)
+        super().write(name, data, durable=durable)
 
 
 def test_rollouts_and_checkpoints_from_eight_threads_raise_nothing(tmp_path):
@@ -175,6 +175,29 @@ def test_stale_tmp_files_of_killed_writers_are_removed_at_open(tmp_path):
     assert [p.exists() for p in stale] == [False, False]
     assert live.exists() and other.exists()
     assert any("removed 2 temp file(s)" in w for w in logger.warnings)
+
+
+def test_the_temp_file_of_a_writer_killed_mid_write_is_removed_at_open(tmp_path):
+    """A real leftover, not a made-up name: a child killed inside ``LocalStorage.write``
+    leaves its temp file, and the next open removes it (before, the temp name held no pid
+    and no leftover was ever recognised)."""
+    run = tmp_path / "run"
+
+    def chunks():
+        yield b"<html>half a report"
+        os._exit(0)  # killed mid-write
+
+    pid = os.fork()
+    if pid == 0:
+        LocalStorage(run).write_chunks("train_iteration_000001.html", chunks())
+        os._exit(1)
+    os.waitpid(pid, 0)
+    leftovers = [p.name for p in run.iterdir()]
+    assert len(leftovers) == 1 and leftovers[0].startswith(".train_iteration_000001.html.")
+    logger = RunLogger(run, code_diff=False, index=False)
+    logger.close()
+    assert not (run / leftovers[0]).exists()
+    assert any("removed 1 temp file(s)" in w for w in logger.warnings)
 
 
 def _dead_pid() -> int:

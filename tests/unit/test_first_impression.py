@@ -19,7 +19,7 @@ class _Refusing(LocalStorage):
     def append(self, name: str, data: bytes) -> None:
         raise OSError(28, "No space left on device")
 
-    def write(self, name: str, data: bytes) -> None:
+    def write(self, name: str, data: bytes, *, durable: bool = True) -> None:
         raise OSError(28, "No space left on device")
 
 

@@ -190,7 +190,7 @@ def test_logger_iteration_write_failure_warns_once_and_keeps_the_reports(tmp_pat
     logger = RunLogger(tmp_path, code_diff=False, index=False)
     real = logger.storage.write
 
-    def broken(name, data):
+    def broken(name, data, durable=True):
         raise OSError("bucket gone")
 
     logger.storage.write = broken

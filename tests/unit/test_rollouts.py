@@ -603,10 +603,10 @@ def test_run_logger_strict_json(tmp_path):
 class FlakyStorage(LocalStorage):
     failing = False
 
-    def write(self, name: str, data: bytes) -> None:
+    def write(self, name: str, data: bytes, *, durable: bool = True) -> None:
         if self.failing and "rollout" in name:
             raise OSError(28, "No space left on device")
-        super().write(name, data)
+        super().write(name, data, durable=durable)
 
 
 def test_run_logger_backend_failure_warns_retries_and_rescues(tmp_path):
