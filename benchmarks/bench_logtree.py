@@ -1,17 +1,25 @@
 """Build and write the logtree of one RL iteration: rllog vs tinker-cookbook's logtree.
 
-    python benchmarks/bench_logtree.py [--repeat 5]
+    python benchmarks/bench_logtree.py [--repeat 5] [--loop-repeat 3] [--only sizes|loop]
 
 Each trajectory logs a scope with a conversation (system line, ~1,500-char prompt,
 ~4,000-char reply), three text lines and a 3-step table, plus its trajectory stats.
 Every group gets full content in both libraries (num_groups_to_log = groups), so both
 do the same work. Phases: build (the logging calls), HTML write (render + write), JSON
 write (encode + write), each the best of --repeat alternating runs; sizes of the files
-written. rllog writes through LocalStorage
-(atomic: temp file + fsync + rename); tinker-cookbook writes plain files. The last size
-(256 x 16, every group in full) is where Python's cyclic GC used to make rllog's cost per
-trajectory grow with the tree.
+written. rllog writes through LocalStorage as a RunLogger does (atomic: temp file +
+rename, ``durable=False``: the fsync comes in one batch at the next checkpoint, measured
+by the loop below); tinker-cookbook writes plain files. The last size (256 x 16, every
+group in full) is where Python's cyclic GC used to make rllog's cost per trajectory grow
+with the tree.
 tinker-cookbook is skipped, saying so, when it is not installed.
+
+The loop (``--only loop``): a RunLogger logging, per 4 x 8 iteration, the report, its
+rollout summaries and one metrics row, with a checkpoint every 10 iterations (and, the
+worst case, every iteration): time per iteration with the report files fsynced in
+batches (what RunLogger does) vs one by one (a LocalStorage whose writes are all
+durable, what rllog did before), interleaved, --loop-repeat times; the median ratio
+and its range.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rllog import logtree
+from rllog import RunLogger, logtree
 from rllog.logtree._io import html_bytes
 from rllog.storage import LocalStorage
 
@@ -88,9 +96,9 @@ def rllog_iteration(data: list[list[dict]], out: Path) -> dict[str, float]:
                         logtree.table(traj["steps"], caption="Steps")
                     logtree.trajectory_stats(t, final_reward=traj["reward"], steps=traj["steps"])
     t1 = time.perf_counter()
-    storage.write("x.html", html_bytes(trace))
+    storage.write("x.html", html_bytes(trace), durable=False)
     t2 = time.perf_counter()
-    storage.write("x_logtree.json", trace.to_json())
+    storage.write("x_logtree.json", trace.to_json(), durable=False)
     t3 = time.perf_counter()
     return {
         "build": t1 - t0,
@@ -150,10 +158,79 @@ def best_runs(peers: dict, data, repeat: int) -> dict[str, dict[str, float]]:
     return {name: {k: min(r[k] for r in rs) for k in rs[0]} for name, rs in runs.items()}
 
 
+class DurableWrites(LocalStorage):
+    """Every whole-file write fsynced at once, as before reports were batched."""
+
+    def write(self, name: str, data: bytes, *, durable: bool = True) -> None:
+        super().write(name, data)
+
+
+def _log_iteration(logger: RunLogger, i: int, data: list[list[dict]], groups: list[list[dict]]) -> None:
+    with logger.iteration(i, num_groups_to_log=len(data)):
+        for g, group in enumerate(data):
+            with logtree.group(g):
+                for t, traj in enumerate(group):
+                    with logtree.scope(f"Trajectory {t}"):
+                        logtree.conversation(traj["messages"])
+                        logtree.text(f"Reward: {traj['reward']:.3f}")
+                        logtree.table(traj["steps"], caption="Steps")
+                    logtree.trajectory_stats(t, final_reward=traj["reward"], steps=traj["steps"])
+    logger.log_rollouts(i, groups)
+    logger.log_metrics(i, {"progress/batch": i, "reward": sum(t["reward"] for g in data for t in g)})
+
+
+def logger_loop(
+    data: list[list[dict]], out: Path, storage: type[LocalStorage], every: int, iterations: int
+) -> float:
+    """Seconds per iteration of a RunLogger loop (report, rollout summaries, one row per
+    iteration; a checkpoint every ``every`` iterations, the last one included); close is
+    not timed (the last checkpoint left nothing to fsync)."""
+    groups = [[{"steps": t["steps"], "final_reward": t["reward"]} for t in g] for g in data]
+    logger = RunLogger(storage(out / "run"), code_diff=False, index=False)
+    t0 = time.perf_counter()
+    for i in range(iterations):
+        _log_iteration(logger, i, data, groups)
+        if (i + 1) % every == 0:
+            logger.log_checkpoint(f"{i + 1:06d}", batch=i + 1)
+    seconds = (time.perf_counter() - t0) / iterations
+    logger.close()
+    return seconds
+
+
+def loop(repeat: int, iterations: int = 20) -> None:
+    import statistics
+
+    data = make_iteration(4, 8)
+    peers = {"fsync per file (before)": DurableWrites, "batched (RunLogger)": LocalStorage}
+    with tempfile.TemporaryDirectory() as d:  # warm up: imports, templates, page cache
+        logger_loop(data, Path(d), LocalStorage, 10, 3)
+    for every in (10, 1):
+        print(f"\n== RunLogger loop, 4 x 8, checkpoint every {every} iteration(s), {iterations} iterations, x{repeat} ==")
+        runs: dict[str, list[float]] = {name: [] for name in peers}
+        for r in range(repeat):
+            order = list(peers.items()) if r % 2 == 0 else list(peers.items())[::-1]
+            for name, storage in order:
+                with tempfile.TemporaryDirectory() as d:
+                    runs[name].append(logger_loop(data, Path(d), storage, every, iterations))
+        for name, costs in runs.items():
+            print(f"{name:26} ms/iteration: " + ", ".join(f"{c * 1e3:.2f}" for c in costs))
+        ratios = [b / a for a, b in zip(*runs.values(), strict=True)]
+        print(
+            f"batched / fsync per file: median {statistics.median(ratios):.2f}x "
+            f"(range {min(ratios):.2f}-{max(ratios):.2f}x over {repeat} interleaved runs)"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--loop-repeat", type=int, default=3)
+    ap.add_argument("--only", choices=("sizes", "loop"), help="run only the size table or only the loop")
     args = ap.parse_args()
+    if args.only != "sizes":
+        loop(args.loop_repeat)
+    if args.only == "loop":
+        return
     try:
         import tinker_cookbook.utils.logtree
         import tinker_cookbook.utils.logtree_formatters  # noqa: F401
