@@ -80,21 +80,26 @@ def make_iteration(groups: int, trajs: int, seed: int = 0) -> list[list[dict]]:
     return data
 
 
+def log_groups(data: list[list[dict]]) -> None:
+    """The logtree calls of one iteration, into the current trace."""
+    for g, group in enumerate(data):
+        with logtree.group(g):
+            for t, traj in enumerate(group):
+                with logtree.scope(f"Trajectory {t}"):
+                    logtree.conversation(traj["messages"])
+                    logtree.text(f"Reward: {traj['reward']:.3f}")
+                    logtree.text("Parsed answer: 42")
+                    logtree.text("Format ok: True")
+                    logtree.table(traj["steps"], caption="Steps")
+                logtree.trajectory_stats(t, final_reward=traj["reward"], steps=traj["steps"])
+
+
 def rllog_iteration(data: list[list[dict]], out: Path) -> dict[str, float]:
     storage = LocalStorage(out)
     t0 = time.perf_counter()
     trace = logtree.Trace("RL iteration 0", num_groups_to_log=len(data), path=str(out / "x.html"))
     with trace.bind():
-        for g, group in enumerate(data):
-            with logtree.group(g):
-                for t, traj in enumerate(group):
-                    with logtree.scope(f"Trajectory {t}"):
-                        logtree.conversation(traj["messages"])
-                        logtree.text(f"Reward: {traj['reward']:.3f}")
-                        logtree.text("Parsed answer: 42")
-                        logtree.text("Format ok: True")
-                        logtree.table(traj["steps"], caption="Steps")
-                    logtree.trajectory_stats(t, final_reward=traj["reward"], steps=traj["steps"])
+        log_groups(data)
     t1 = time.perf_counter()
     storage.write("x.html", html_bytes(trace), durable=False)
     t2 = time.perf_counter()
@@ -167,14 +172,7 @@ class DurableWrites(LocalStorage):
 
 def _log_iteration(logger: RunLogger, i: int, data: list[list[dict]], groups: list[list[dict]]) -> None:
     with logger.iteration(i, num_groups_to_log=len(data)):
-        for g, group in enumerate(data):
-            with logtree.group(g):
-                for t, traj in enumerate(group):
-                    with logtree.scope(f"Trajectory {t}"):
-                        logtree.conversation(traj["messages"])
-                        logtree.text(f"Reward: {traj['reward']:.3f}")
-                        logtree.table(traj["steps"], caption="Steps")
-                    logtree.trajectory_stats(t, final_reward=traj["reward"], steps=traj["steps"])
+        log_groups(data)
     logger.log_rollouts(i, groups)
     logger.log_metrics(i, {"progress/batch": i, "reward": sum(t["reward"] for g in data for t in g)})
 
@@ -205,7 +203,9 @@ def loop(repeat: int, iterations: int = 20) -> None:
     with tempfile.TemporaryDirectory() as d:  # warm up: imports, templates, page cache
         logger_loop(data, Path(d), LocalStorage, 10, 3)
     for every in (10, 1):
-        print(f"\n== RunLogger loop, 4 x 8, checkpoint every {every} iteration(s), {iterations} iterations, x{repeat} ==")
+        print(
+            f"\n== RunLogger loop, 4 x 8, checkpoint every {every} iteration(s), {iterations} iterations, x{repeat} =="
+        )
         runs: dict[str, list[float]] = {name: [] for name in peers}
         for r in range(repeat):
             order = list(peers.items()) if r % 2 == 0 else list(peers.items())[::-1]
