@@ -8,7 +8,7 @@ import os
 import secrets
 import stat
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -402,7 +402,7 @@ _pool: tuple[int, ThreadPoolExecutor] | None = None
 _pool_lock = threading.Lock()
 
 
-def _run_all(jobs: list[tuple[str, Callable[[], None]]]) -> tuple[str, OSError] | None:
+def _run_all(jobs: Sequence[tuple[str, Callable[[], None]]]) -> tuple[str, OSError] | None:
     """Run every ``(name, fsync)`` job, at once when there are several, and wait for all.
     Returns the first ``(name, error)`` that failed, None when all succeeded."""
     global _pool
@@ -410,20 +410,20 @@ def _run_all(jobs: list[tuple[str, Callable[[], None]]]) -> tuple[str, OSError] 
         for name, job in jobs:
             try:
                 job()
-            except OSError as exc:
-                return name, exc
+            except OSError as error:
+                return name, error
         return None
     with _pool_lock:
         if _pool is None or _pool[0] != os.getpid():
             _pool = (os.getpid(), ThreadPoolExecutor(_SYNC_THREADS, thread_name_prefix="rllog-fsync"))
         pool = _pool[1]
     futures = [(name, pool.submit(job)) for name, job in jobs]
-    errors = [(name, future.exception()) for name, future in futures]  # waits for every one
-    for name, exc in errors:
-        if isinstance(exc, OSError):
-            return name, exc
-        if exc is not None:
-            raise exc
+    outcomes = [(name, future.exception()) for name, future in futures]  # waits for every one
+    for name, outcome in outcomes:
+        if isinstance(outcome, OSError):
+            return name, outcome
+        if outcome is not None:
+            raise outcome
     return None
 
 
