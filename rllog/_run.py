@@ -212,6 +212,7 @@ class RunLogger:
         self._written: set[tuple[str, Any, str | None]] = set()  # iteration artifacts written by this logger
         self._diff_thread: threading.Thread | None = None
         self.storage: Storage = open_storage(log_path, **storage_options)
+        on_disk = isinstance(self.storage, LocalStorage)  # also seen through the rank view below
         self._all_ranks = all_ranks and self.rank != 0
         if self._all_ranks:  # rank r > 0 writes its own rank-tagged files of the same run
             self.storage = self._rank_view(self.storage)
@@ -251,14 +252,14 @@ class RunLogger:
         )
         # the run's writer on local disk fsyncs reports and rollout files in batches: its
         # checkpoint barrier (and close) fsyncs them all before a record is appended
-        batched = not self._worker and isinstance(self.storage, LocalStorage)
+        batched = not self._worker and on_disk
         self._rollouts = RolloutFiles(self._artifacts, warn, durable=not batched)
         self._checkpoints = CheckpointCommitter(
             self.storage,
             self._metrics,
             self._rollouts,
             strict_json=strict_json,
-            background=not isinstance(self.storage, LocalStorage),
+            background=not on_disk,  # locally the record waits for an fsync in the caller's thread
             warn=warn,
         )
         self._close_at_exit()

@@ -29,7 +29,7 @@ from rllog._format.redact import redact_tree
 from rllog._write.metrics import MetricsWriter
 from rllog._write.rollouts import RolloutFiles
 from rllog.errors import StorageError
-from rllog.storage import LocalStorage, Storage
+from rllog.storage import Storage
 
 __all__ = ["CheckpointCommitter", "checkpoint_record", "read_checkpoints"]
 
@@ -87,8 +87,9 @@ class CheckpointCommitter:
         storage: the run's storage.
         metrics: the run's metric row path (its held-back rows must be written first).
         rollouts: the run's rollout summary files and reports (likewise).
-        background: commit on a background thread (object stores) instead of in the
-            caller's thread (local disk).
+        background: commit on a background thread (object stores: the record is staged
+            after the rows and uploaded after them) instead of in the caller's thread
+            (local disk, also through a rank view: the record is appended after an fsync).
         warn: ``warn(kind, message)``, told once per kind of failure.
 
     Concurrency: the loop, user threads, the background thread and ``close`` may commit
@@ -268,7 +269,7 @@ class CheckpointCommitter:
         A failed local append is cut back to the file's size before it, so a short write
         (ENOSPC, EIO) never leaves a torn record for the retry to append after."""
         storage = self._storage
-        local = isinstance(storage, LocalStorage)
+        local = not self._background
         while self.pending and self.pending[0][0] <= upto:
             line = self.pending[0][2]
             if not local:

@@ -43,7 +43,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
 
     def recording_write(fd: int, data: bytes) -> int:
         path = _path(fd)
-        if path.endswith(CHECKPOINTS_FILE):
+        if os.path.basename(path).startswith("checkpoints."):  # checkpoints.jsonl, checkpoints.rank1.jsonl
             seen.append(("record", path))
         return write(fd, data)
 
@@ -126,6 +126,27 @@ def test_reports_between_checkpoints_are_not_fsynced_one_by_one(tmp_path, calls)
     logger.close()
     assert _artifacts(run, 5) <= set(_fsynced(calls))
     assert read_run(run).rollout_summaries(5)[0]["total_reward"] == 5.0
+
+
+def test_a_rank_writing_its_own_files_fsyncs_them_before_its_record(tmp_path, calls, monkeypatch):
+    """``all_ranks=True``, rank 1 on local disk: its rows and reports are fsynced before its
+    checkpoint record is written (before, its committer ran as for a bucket and appended
+    the record first), and its reports are batched like rank 0's."""
+    monkeypatch.setenv("RANK", "1")
+    run = tmp_path / "run"
+    logger = RunLogger(run, all_ranks=True, code_diff=False, index=False)
+    calls.clear()
+    _iteration(logger, 0)
+    assert _fsynced(calls) == []
+    logger.log_checkpoint("000001", batch=1)
+    record = calls.index(("record", str(run / "checkpoints.rank1.jsonl")))
+    before = set(_fsynced(calls[:record]))
+    reports = {
+        str(run / f"train_iteration_000000.rank1{suffix}")
+        for suffix in (".html", "_logtree.json", "_rollout_summaries.jsonl")
+    }
+    assert reports | {str(run / "metrics.rank1.jsonl"), str(run)} <= before
+    logger.close()
 
 
 def test_a_failed_fsync_holds_the_record_back_until_the_files_are_durable(tmp_path, monkeypatch):
