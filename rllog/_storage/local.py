@@ -396,34 +396,50 @@ class LocalStorage:
 
 
 #: threads that fsync one durable flush's files at once (fsyncs that wait together share a
-#: journal commit); created on first use, again in a forked child
+#: journal commit); the pool is made on first use, and anew in a forked child
 _SYNC_THREADS = 8
-_pool: tuple[int, ThreadPoolExecutor] | None = None
+_pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
 
+def _forget_pool() -> None:
+    """(in a forked child) The parent's pool threads do not exist here, and its lock may
+    have been held at the fork."""
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool)
+
+
 def _run_all(jobs: Sequence[tuple[str, Callable[[], None]]]) -> tuple[str, OSError] | None:
-    """Run every ``(name, fsync)`` job, at once when there are several, and wait for all.
-    Returns the first ``(name, error)`` that failed, None when all succeeded."""
+    """Run every ``(name, fsync)`` job and wait for all: at once from the pool when there
+    are several, one after the other when there is one or the interpreter is shutting
+    down (it refuses new threads then). Returns the first ``(name, error)`` that failed,
+    None when all succeeded."""
     global _pool
-    if len(jobs) <= 1:  # no thread for a single fsync
-        for name, job in jobs:
-            try:
-                job()
-            except OSError as error:
-                return name, error
-        return None
-    with _pool_lock:
-        if _pool is None or _pool[0] != os.getpid():
-            _pool = (os.getpid(), ThreadPoolExecutor(_SYNC_THREADS, thread_name_prefix="rllog-fsync"))
-        pool = _pool[1]
-    futures = [(name, pool.submit(job)) for name, job in jobs]
-    outcomes = [(name, future.exception()) for name, future in futures]  # waits for every one
-    for name, outcome in outcomes:
-        if isinstance(outcome, OSError):
-            return name, outcome
-        if outcome is not None:
-            raise outcome
+    if len(jobs) > 1:
+        with _pool_lock:
+            if _pool is None:
+                _pool = ThreadPoolExecutor(_SYNC_THREADS, thread_name_prefix="rllog-fsync")
+            pool = _pool
+        try:
+            futures = [(name, pool.submit(job)) for name, job in jobs]
+        except RuntimeError:  # "cannot schedule new futures after interpreter shutdown"
+            futures = []
+        if futures:
+            outcomes = [(name, future.exception()) for name, future in futures]  # waits for every one
+            for name, outcome in outcomes:
+                if isinstance(outcome, OSError):
+                    return name, outcome
+                if outcome is not None:
+                    raise outcome
+            return None
+    for name, job in jobs:
+        try:
+            job()
+        except OSError as error:
+            return name, error
     return None
 
 

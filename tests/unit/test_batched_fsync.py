@@ -264,3 +264,52 @@ def test_resume_after_reports_lost_to_a_power_loss_moves_them_aside_and_reads_on
     assert len(back.rollout_summaries(1, "test")) == 5  # the torn sixth line skipped
     assert any("eval_test_iteration_000001_rollout_summaries.jsonl" in w for w in back.warnings)
     assert [row["step"] for row in back.metrics.to_dict("records")] == [0, 1, 2, 3]
+
+
+def test_a_logger_never_closed_fsyncs_its_reports_at_interpreter_exit(tmp_path):
+    """A loop that dies without close: the exit hook closes the logger, and its batch of
+    reports is fsynced then (the fsyncs run where the interpreter still takes new threads,
+    or one after the other)."""
+    import json
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    script = f"""
+import atexit, json, os
+seen = []
+fsync = os.fsync
+def recording(fd):
+    seen.append(os.readlink(f"/proc/self/fd/{{fd}}"))
+    fsync(fd)
+os.fsync = recording
+from rllog import RunLogger, logtree
+logger = RunLogger({str(run)!r}, code_diff=False, index=False)
+seen.clear()
+with logger.iteration(0):
+    logtree.text("x")
+logger.log_rollouts(0, [[{{"steps": [{{"reward": 1.0}}]}}]])
+atexit.register(lambda: print(json.dumps(seen)))  # runs after rllog's exit hook
+raise SystemExit(3)  # no close
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 3, out.stderr
+    synced = set(json.loads(out.stdout.strip().splitlines()[-1]))
+    assert _artifacts(run, 0) <= synced
+    assert "Traceback" not in out.stderr and "RuntimeWarning" not in out.stderr
+
+
+def test_a_durable_flush_fsyncs_one_by_one_when_no_thread_may_start(tmp_path, calls, monkeypatch):
+    """Late in interpreter shutdown the pool refuses work ("cannot schedule new futures
+    after interpreter shutdown"): the batch is fsynced in the calling thread instead."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def refuse(self, fn, /, *args, **kwargs):
+        raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+
+    storage = LocalStorage(tmp_path / "run")
+    storage.write("a.html", b"a", durable=False)
+    storage.write("b.html", b"b", durable=False)
+    monkeypatch.setattr(ThreadPoolExecutor, "submit", refuse)
+    storage.flush(durable=True)
+    assert {str(tmp_path / "run" / "a.html"), str(tmp_path / "run" / "b.html")} <= set(_fsynced(calls))
