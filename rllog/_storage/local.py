@@ -56,7 +56,7 @@ class LocalStorage:
         # guards _fds, _unsynced, _unsynced_dirs, and is held through a durable flush (so none
         # returns while another is still fsyncing); re-entered by append_fd
         self._lock = threading.RLock()
-        self._unsynced: dict[str, None] = {}  # written with durable=False, not fsynced yet
+        self._unsynced: set[str] = set()  # written with durable=False, not fsynced yet
         self._unsynced_dirs: set[str] = set()  # folders ("" the root, ".." its parent) with new entries
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -210,9 +210,10 @@ class LocalStorage:
         with self._lock:  # a later append must go to the new file, not the replaced one
             old = self._fds.pop(name, None)
             self._unsynced_dirs.add(name.rpartition("/")[0])
-            self._unsynced.pop(name, None)  # re-added last: fsynced in the order written
-            if not durable:
-                self._unsynced[name] = None
+            if durable:
+                self._unsynced.discard(name)
+            else:
+                self._unsynced.add(name)
         if old is not None:
             os.close(old)
 
@@ -301,7 +302,7 @@ class LocalStorage:
         """Delete ``name``. Raises FileNotFoundError."""
         with self._lock:
             fd = self._fds.pop(name, None)
-            self._unsynced.pop(name, None)
+            self._unsynced.discard(name)
             self._unsynced_dirs.add(name.rpartition("/")[0])
         if fd is not None:
             os.close(fd)
@@ -330,14 +331,14 @@ class LocalStorage:
         if not durable:
             return
         with self._lock:  # write/remove close descriptors under this lock
-            names, self._unsynced = list(self._unsynced), {}
+            names, self._unsynced = self._unsynced, set()
             folders, self._unsynced_dirs = self._unsynced_dirs, set()
             jobs = [(name, functools.partial(os.fsync, fd)) for name, fd in self._fds.items()]
             jobs += [(name, functools.partial(self._fsync_file, name)) for name in names]
             jobs += [(folder or ".", functools.partial(self._fsync_folder, folder)) for folder in folders]
             failed = _run_all(jobs)
             if failed is not None:
-                self._unsynced = dict.fromkeys(names) | self._unsynced
+                self._unsynced |= names
                 self._unsynced_dirs |= folders
                 name, exc = failed
                 raise StorageError(f"fsync of {self.url}/{name} failed: {exc}") from exc
