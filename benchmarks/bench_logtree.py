@@ -18,8 +18,8 @@ The loop (``--only loop``): a RunLogger logging, per 4 x 8 iteration, the report
 rollout summaries and one metrics row, with a checkpoint every 10 iterations (and, the
 worst case, every iteration): time per iteration with the report files fsynced in
 batches (what RunLogger does) vs one by one (a LocalStorage whose writes are all
-durable, what rllog did before), interleaved, --loop-repeat times; the median ratio
-and its range.
+durable, what rllog did before) vs no fsync at all (the floor), interleaved,
+--loop-repeat times; the median ratios and their range.
 """
 
 from __future__ import annotations
@@ -170,6 +170,16 @@ class DurableWrites(LocalStorage):
         super().write(name, data)
 
 
+class NoFsync(LocalStorage):
+    """No fsync at all (not durable: the floor, to show what the fsyncs cost)."""
+
+    def write(self, name: str, data: bytes, *, durable: bool = True) -> None:
+        super().write(name, data, durable=False)
+
+    def flush(self, durable: bool = False, timeout: float | None = None) -> None:
+        pass
+
+
 def _log_iteration(logger: RunLogger, i: int, data: list[list[dict]], groups: list[list[dict]]) -> None:
     with logger.iteration(i, num_groups_to_log=len(data)):
         log_groups(data)
@@ -195,11 +205,15 @@ def logger_loop(
     return seconds
 
 
-def loop(repeat: int, iterations: int = 20) -> None:
+def loop(repeat: int, iterations: int = 50) -> None:
     import statistics
 
     data = make_iteration(4, 8)
-    peers = {"fsync per file (before)": DurableWrites, "batched (RunLogger)": LocalStorage}
+    peers = {
+        "fsync per file (before)": DurableWrites,
+        "batched (RunLogger)": LocalStorage,
+        "no fsync (floor)": NoFsync,
+    }
     with tempfile.TemporaryDirectory() as d:  # warm up: imports, templates, page cache
         logger_loop(data, Path(d), LocalStorage, 10, 3)
     for every in (10, 1):
@@ -214,11 +228,16 @@ def loop(repeat: int, iterations: int = 20) -> None:
                     runs[name].append(logger_loop(data, Path(d), storage, every, iterations))
         for name, costs in runs.items():
             print(f"{name:26} ms/iteration: " + ", ".join(f"{c * 1e3:.2f}" for c in costs))
-        ratios = [b / a for a, b in zip(*runs.values(), strict=True)]
-        print(
-            f"batched / fsync per file: median {statistics.median(ratios):.2f}x "
-            f"(range {min(ratios):.2f}-{max(ratios):.2f}x over {repeat} interleaved runs)"
-        )
+        before, batched, floor = runs.values()
+        for what, num, den in (
+            ("batched / fsync per file", batched, before),
+            ("batched / no fsync", batched, floor),
+        ):
+            ratios = [b / a for a, b in zip(den, num, strict=True)]
+            print(
+                f"{what}: median {statistics.median(ratios):.2f}x "
+                f"(range {min(ratios):.2f}-{max(ratios):.2f}x over {repeat} interleaved runs)"
+            )
 
 
 def main() -> None:
