@@ -495,21 +495,14 @@ _OPT_NNS = list[_NN | None]
 _FLOATS = list[float]  # exact floats; ints become floats, as _reward makes them
 _BOOLS = list[bool]
 _FLOAT = frozenset({float})
+_BOOL = frozenset({bool})
 _DICT = frozenset({dict})
+_LIST = frozenset({list})
 _SEQ = frozenset({list, tuple})
-_REC_META = attrgetter("schema_version", "split", "iteration")
-_REC_INTS = attrgetter("schema_version", "iteration", "group_idx", "traj_idx")
-_REC_OPT_INTS = attrgetter("sampling_client_step", "final_ob_len")
-_REC_FLOATS = attrgetter("total_reward", "final_reward")
-_REC_SHAPES = attrgetter("trajectory_metrics", "tags", "steps")
-_REC_SHAPE = (dict, list, list)
-_STEP_INTS = attrgetter("step_idx", "ob_len", "ac_len")
-_STEP_VALUES = attrgetter("reward", "episode_done", "metrics", "logs")
-_STEP_VALUE_TYPES = (float, bool, dict, dict)
 _STEP_DICT_KEYS = ("ob_len", "ac_len", "reward", "episode_done", "metrics", "logs")
-_STEP_ROW = itemgetter(*_STEP_DICT_KEYS)
+_STEP_GETTERS = tuple(map(itemgetter, _STEP_DICT_KEYS))
 _PLAIN_TRAJ_KEYS = frozenset({"steps", "final_reward", "trajectory_metrics", "metrics", "final_ob_len"})
-_TRANSITION_ROW = attrgetter("ob", "ac", "reward", "episode_done", "metrics", "logs")
+_TRANSITION_GETTERS = tuple(map(attrgetter, ("ob", "ac", "reward", "episode_done", "metrics", "logs")))
 _TRANSITIONS = attrgetter("transitions")
 _TOKENS = attrgetter("tokens")
 _LENGTH = attrgetter("length")
@@ -517,84 +510,108 @@ _CHUNKS = attrgetter("chunks")
 _TINKER_GROUP = attrgetter("trajectories_G", "final_rewards_G", "metrics_G")
 
 
+def _column(items: list[Any], name: str) -> list[Any]:
+    """Attribute ``name`` of every item."""
+    return list(map(attrgetter(name), items))
+
+
 def _as_written(
     records: Sequence[Any], iteration: int, split: str, tags: Any, sampling_client_step: Any
 ) -> list[TrajectorySummary] | None:
     """``records`` when every one is a :class:`TrajectorySummary` that building would
     reproduce field for field (this call's split and iteration, the schema version, value
-    types as written, each step's ``step_idx`` its position) and needs no conversion or
-    slow encoding (:func:`_values_ok`), else None.
+    types as written, each step's ``step_idx`` its position) and that needs no conversion
+    or slow encoding (:func:`_values_ok`), else None.
 
-    Checked a few columns at a time (one pass per group of fields of the same type), so
-    ready records cost a fraction of rebuilding them; the records are then written as
-    they are, not copied (a value the checks let through and the encoder refuses sends
-    the call to the rebuilding path).
+    Checked a field at a time over all records (one C-level pass each), so ready records
+    cost a fraction of rebuilding them; the records are then written as they are, not
+    copied (a value the checks let through and the encoder refuses sends the call to the
+    rebuilding path).
     """
     if type(records) is not list or tags is not None or sampling_client_step is not None:
         return None
-    n = len(records)
     if set(map(type, records)) != {TrajectorySummary}:
         return None
     try:
-        if set(map(_REC_META, records)) != {(SCHEMA_VERSION, split, iteration)}:
-            return None
-        msgspec.convert(list(chain.from_iterable(map(_REC_INTS, records))), _NNS)  # exact ints (no bool)
+        versions, iterations = _column(records, "schema_version"), _column(records, "iteration")
         if (
-            not _FLOAT.issuperset(map(type, chain.from_iterable(map(_REC_FLOATS, records))))
-            or list(map(type, chain.from_iterable(map(_REC_SHAPES, records)))) != list(_REC_SHAPE * n)
-            or not _STR.issuperset(map(type, chain.from_iterable(map(attrgetter("tags"), records))))
+            set(versions) != {SCHEMA_VERSION}
+            or set(iterations) != {iteration}
+            or set(_column(records, "split")) != {split}
         ):
             return None
-        msgspec.convert(list(chain.from_iterable(map(_REC_OPT_INTS, records))), _OPT_NNS)
-        lens = list(map(len, map(_STEPS, records)))
-        steps = list(chain.from_iterable(map(_STEPS, records)))
-        if not steps:
-            return records if _values_ok(records, [], [], [], []) else None
-        if set(map(type, steps)) != {StepSummary}:
+        group_idx, traj_idx = _column(records, "group_idx"), _column(records, "traj_idx")
+        msgspec.convert(versions + iterations + group_idx + traj_idx, _NNS)  # exact ints (no bool, no float)
+        client_steps, final_ob_lens = (
+            _column(records, "sampling_client_step"),
+            _column(records, "final_ob_len"),
+        )
+        msgspec.convert(client_steps + final_ob_lens, _OPT_NNS)
+        totals, finals = _column(records, "total_reward"), _column(records, "final_reward")
+        traj_metrics, tags_R, steps_R = (
+            _column(records, "trajectory_metrics"),
+            _column(records, "tags"),
+            _column(records, "steps"),
+        )
+        if not (
+            _FLOAT.issuperset(map(type, totals + finals))
+            and _DICT.issuperset(map(type, traj_metrics))
+            and _LIST.issuperset(map(type, tags_R + steps_R))
+            and _STR.issuperset(map(type, chain.from_iterable(tags_R)))
+        ):
             return None
-        ints = msgspec.convert(list(chain.from_iterable(map(_STEP_INTS, steps))), _NNS)
-        if ints[::3] != list(chain.from_iterable(map(range, lens))):
-            return None
-        values = list(chain.from_iterable(map(_STEP_VALUES, steps)))
-        if list(map(type, values)) != list(_STEP_VALUE_TYPES * len(steps)):
-            return None
-    except (msgspec.ValidationError, TypeError):  # a value of another type, a record that does not compare
+        steps = list(chain.from_iterable(steps_R))
+        rewards: list[Any] = []
+        metrics: list[Any] = []
+        logs: list[Any] = []
+        if steps:
+            if set(map(type, steps)) != {StepSummary}:
+                return None
+            step_idx = _column(steps, "step_idx")
+            msgspec.convert(step_idx + _column(steps, "ob_len") + _column(steps, "ac_len"), _NNS)
+            if step_idx != list(chain.from_iterable(map(range, map(len, steps_R)))):
+                return None
+            rewards, metrics, logs = (
+                _column(steps, "reward"),
+                _column(steps, "metrics"),
+                _column(steps, "logs"),
+            )
+            if not (
+                _FLOAT.issuperset(map(type, rewards))
+                and _BOOL.issuperset(map(type, _column(steps, "episode_done")))
+                and _DICT.issuperset(map(type, metrics + logs))
+            ):
+                return None
+    except (msgspec.ValidationError, TypeError):  # a value of another type, one that does not hash
         return None
-    return records if _values_ok(records, values[0::4], values[2::4], values[3::4], []) else None
+    return records if _values_ok(rewards + totals + finals, metrics, traj_metrics, logs) else None
 
 
 def _values_ok(
-    records: list[TrajectorySummary],
-    rewards: Sequence[float],
+    floats: list[float],
     metrics: Sequence[dict[Any, Any]],
+    traj_metrics: Sequence[dict[Any, Any]],
     logs: Sequence[dict[Any, Any]],
-    totals: Sequence[float],
 ) -> bool:
     """The batch check of :meth:`_Builder.check`: every reward finite, every metric a
     finite number, every log value a JSON scalar (then no record needs the slow encoder).
 
-    ``rewards``, ``metrics``, ``logs`` are the steps' columns in order; ``totals`` the
-    records' ``total_reward`` when building just summed them from ``rewards`` and the
-    final rewards (a finite sum then vouches for every term: a NaN or infinity, once
-    added, never leaves it), else empty and every reward, total and final reward is summed.
+    ``floats`` are the rewards, totals and final rewards to check, or only the totals when
+    building just summed them from the others (a finite sum vouches for every term: a NaN
+    or infinity, once added, never leaves it); ``metrics``, ``traj_metrics`` and ``logs``
+    the steps' and trajectories' dicts.
     """
-    if totals:
-        finite = _finite(sum(totals))
-    else:
-        finite = _finite(sum(rewards)) and _finite(sum(chain.from_iterable(map(_REC_FLOATS, records))))
-    return (
-        finite
-        and _numbers_ok(metrics)
-        and _numbers_ok(list(map(_TRAJ_METRICS, records)))
-        and _scalars_ok(logs)
-    )
+    return _finite(sum(floats)) and _numbers_ok(metrics) and _numbers_ok(traj_metrics) and _scalars_ok(logs)
 
 
 def _quick_ok(records: list[TrajectorySummary]) -> bool:
     """:func:`_values_ok` of any records."""
     steps = list(chain.from_iterable(map(_STEPS, records)))
     return _values_ok(
-        records, list(map(_REWARD, steps)), list(map(_METRICS, steps)), list(map(_LOGS, steps)), []
+        _column(steps, "reward") + _column(records, "total_reward") + _column(records, "final_reward"),
+        list(map(_METRICS, steps)),
+        list(map(_TRAJ_METRICS, records)),
+        list(map(_LOGS, steps)),
     )
 
 
@@ -615,7 +632,7 @@ def _plain_dicts(groups: Sequence[Any]) -> tuple[Any, ...] | None:
     if not _DICT.issuperset(map(type, flat)) or sum(map(len, flat)) != len(_STEP_DICT_KEYS) * len(flat):
         return None
     try:
-        columns = tuple(zip(*map(_STEP_ROW, flat), strict=True)) or ((),) * 6
+        columns = [list(map(get, flat)) for get in _STEP_GETTERS]
     except KeyError:  # a step without one of the keys (then another one has an unknown key)
         return None
     final_rewards = list(map(dict.get, trajs, repeat("final_reward"), repeat(0.0)))
@@ -663,9 +680,12 @@ def _plain_tinker(groups: Sequence[Any], tags_P: list[Any], steps_P: list[Any]) 
             return None
     ob_lens: Sequence[Any] = ()
     ac_lens: Sequence[Any] = ()
-    rewards = dones = step_metrics = logs = ()
+    rewards: Sequence[Any] = ()
+    dones: Sequence[Any] = ()
+    step_metrics: Sequence[Any] = ()
+    logs: Sequence[Any] = ()
     if flat:
-        obs, acs, rewards, dones, step_metrics, logs = zip(*map(_TRANSITION_ROW, flat), strict=True)
+        obs, acs, rewards, dones, step_metrics, logs = [list(map(get, flat)) for get in _TRANSITION_GETTERS]
         ob_lens = _ob_lengths(obs)
         ac_lens = list(map(len, map(_TOKENS, acs)))
     return (
@@ -787,7 +807,7 @@ def _from_columns(
             strict=False,
         )
     ]
-    return records, _values_ok(records, rewards, metrics, logs, totals)
+    return records, _values_ok(totals, metrics, traj_metrics, logs)
 
 
 def _plain(
