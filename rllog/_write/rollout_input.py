@@ -25,7 +25,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import chain, islice, repeat
 from operator import add, attrgetter, itemgetter
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 import msgspec
 
@@ -615,7 +615,23 @@ def _quick_ok(records: list[TrajectorySummary]) -> bool:
     )
 
 
-def _plain_dicts(groups: Sequence[Any]) -> tuple[Any, ...] | None:
+class _Columns(NamedTuple):
+    """One call's values a field at a time: steps flat in order, trajectories flat in order."""
+
+    glens: list[int]  # trajectories per group
+    lens: list[int]  # steps per trajectory
+    ob_lens: Sequence[Any]  # one per step, from here to logs
+    ac_lens: Sequence[Any]
+    rewards: Sequence[Any]
+    dones: Sequence[Any]
+    metrics: Sequence[Any]
+    logs: Sequence[Any]
+    final_rewards: Sequence[Any]  # one per trajectory, from here on
+    traj_metrics: Sequence[Any]
+    final_ob_lens: Sequence[Any]
+
+
+def _plain_dicts(groups: Sequence[Any]) -> _Columns | None:
     """The columns of ``groups`` when every group is a list/tuple of plain dict
     trajectories (keys among steps, final_reward, trajectory_metrics/metrics,
     final_ob_len) whose steps are dicts holding exactly the six step keys; else None."""
@@ -632,18 +648,25 @@ def _plain_dicts(groups: Sequence[Any]) -> tuple[Any, ...] | None:
     if not _DICT.issuperset(map(type, flat)) or sum(map(len, flat)) != len(_STEP_DICT_KEYS) * len(flat):
         return None
     try:
-        columns = [list(map(get, flat)) for get in _STEP_GETTERS]
+        ob_lens, ac_lens, rewards, dones, metrics, logs = [list(map(get, flat)) for get in _STEP_GETTERS]
     except KeyError:  # a step without one of the keys (then another one has an unknown key)
         return None
-    final_rewards = list(map(dict.get, trajs, repeat("final_reward"), repeat(0.0)))
-    metrics = list(
-        map(dict.get, trajs, repeat("trajectory_metrics"), map(dict.get, trajs, repeat("metrics")))
+    return _Columns(
+        glens,
+        list(map(len, step_lists)),
+        ob_lens,
+        ac_lens,
+        rewards,
+        dones,
+        metrics,
+        logs,
+        list(map(dict.get, trajs, repeat("final_reward"), repeat(0.0))),
+        list(map(dict.get, trajs, repeat("trajectory_metrics"), map(dict.get, trajs, repeat("metrics")))),
+        list(map(dict.get, trajs, repeat("final_ob_len"))),
     )
-    final_ob_lens = list(map(dict.get, trajs, repeat("final_ob_len")))
-    return glens, list(map(len, step_lists)), *columns, final_rewards, metrics, final_ob_lens
 
 
-def _plain_tinker(groups: Sequence[Any], tags_P: list[Any], steps_P: list[Any]) -> tuple[Any, ...] | None:
+def _plain_tinker(groups: Sequence[Any], tags_P: list[Any], steps_P: list[Any]) -> _Columns | None:
     """The columns of ``groups`` when every group is a tinker-cookbook ``TrajectoryGroup``
     (or wrapped in a ``RolloutSummaryGroup``, whose tags and sampling_client_step then
     replace those in ``tags_P``/``steps_P``) of ``Trajectory`` objects (``transitions``,
@@ -678,21 +701,14 @@ def _plain_tinker(groups: Sequence[Any], tags_P: list[Any], steps_P: list[Any]) 
     for ob in _first_of_each_class(final_obs):
         if ob is None or (_LEN_STYLE.get(type(ob)) or _len_style(ob)) != "length":
             return None
-    ob_lens: Sequence[Any] = ()
-    ac_lens: Sequence[Any] = ()
-    rewards: Sequence[Any] = ()
-    dones: Sequence[Any] = ()
-    step_metrics: Sequence[Any] = ()
-    logs: Sequence[Any] = ()
-    if flat:
-        obs, acs, rewards, dones, step_metrics, logs = [list(map(get, flat)) for get in _TRANSITION_GETTERS]
-        ob_lens = _ob_lengths(obs)
-        ac_lens = list(map(len, map(_TOKENS, acs)))
-    return (
+    if not flat:
+        return _Columns(glens, list(map(len, step_lists)), (), (), (), (), (), (), final_rewards, metrics, [])
+    obs, acs, rewards, dones, step_metrics, logs = [list(map(get, flat)) for get in _TRANSITION_GETTERS]
+    return _Columns(
         glens,
         list(map(len, step_lists)),
-        ob_lens,
-        ac_lens,
+        _ob_lengths(obs),
+        list(map(len, map(_TOKENS, acs))),
         rewards,
         dones,
         step_metrics,
@@ -729,53 +745,27 @@ def _first_of_each_class(items: list[Any]) -> Iterable[Any]:
 
 
 def _from_columns(
-    columns: tuple[Any, ...], iteration: int, split: str, tags_P: list[Any], steps_P: list[Any]
+    c: _Columns, iteration: int, split: str, tags_P: list[Any], steps_P: list[Any]
 ) -> tuple[list[TrajectorySummary], bool] | None:
-    """The records of ``columns`` (from :func:`_plain_dicts` or :func:`_plain_tinker`)
-    and whether their values passed :func:`_values_ok`; None when a column holds a value
-    that building converts (a float token count, a numpy reward, a None metrics dict...)."""
-    (
-        glens,
-        lens,
-        ob_lens,
-        ac_lens,
-        rewards,
-        dones,
-        metrics,
-        logs,
-        final_rewards,
-        traj_metrics,
-        final_ob_lens,
-    ) = columns
+    """The records of ``c`` (from :func:`_plain_dicts` or :func:`_plain_tinker`) and
+    whether their values passed :func:`_values_ok`; None when a column holds a value that
+    building converts (a float token count, a numpy reward, a None metrics dict...)."""
     try:
-        ob_lens = msgspec.convert(ob_lens, _NNS)
-        ac_lens = msgspec.convert(ac_lens, _NNS)
-        rewards = msgspec.convert(rewards, _FLOATS)
-        dones = msgspec.convert(dones, _BOOLS)
-        final_rewards = msgspec.convert(final_rewards, _FLOATS)
-        final_ob_lens = msgspec.convert(final_ob_lens, _OPT_NNS)
+        ob_lens = msgspec.convert(c.ob_lens, _NNS)
+        ac_lens = msgspec.convert(c.ac_lens, _NNS)
+        rewards = msgspec.convert(c.rewards, _FLOATS)
+        dones = msgspec.convert(c.dones, _BOOLS)
+        final_rewards = msgspec.convert(c.final_rewards, _FLOATS)
+        final_ob_lens = msgspec.convert(c.final_ob_lens, _OPT_NNS)
     except msgspec.ValidationError:
         return None
+    traj_metrics, glens, lens = c.traj_metrics, c.glens, c.lens
     if None in traj_metrics:  # a trajectory without metrics gets its own {}, as _as_dict(None) gives
         traj_metrics = [{} if m is None else m for m in traj_metrics]
-    if not (
-        _DICT.issuperset(map(type, metrics))
-        and _DICT.issuperset(map(type, logs))
-        and _DICT.issuperset(map(type, traj_metrics))
-    ):
+    if not _DICT.issuperset(map(type, chain(c.metrics, c.logs, traj_metrics))):
         return None
-    steps = list(
-        map(
-            StepSummary,
-            chain.from_iterable(map(range, lens)),
-            ob_lens,
-            ac_lens,
-            rewards,
-            dones,
-            metrics,
-            logs,
-        )
-    )
+    positions = chain.from_iterable(map(range, lens))
+    steps = list(map(StepSummary, positions, ob_lens, ac_lens, rewards, dones, c.metrics, c.logs))
     steps_T = map(list, map(islice, repeat(iter(steps)), lens))
     totals = list(map(add, map(sum, map(islice, repeat(iter(rewards)), lens)), final_rewards))
     per_traj = chain.from_iterable(map(repeat, range(len(glens)), glens))
@@ -809,7 +799,7 @@ def _from_columns(
             strict=False,
         )
     ]
-    return records, _values_ok(totals, metrics, traj_metrics, logs)
+    return records, _values_ok(totals, c.metrics, traj_metrics, c.logs)
 
 
 def _plain(
