@@ -701,21 +701,24 @@ def _plain_tinker(groups: Sequence[Any], tags_P: list[Any], steps_P: list[Any]) 
     for ob in _first_of_each_class(final_obs):
         if ob is None or (_LEN_STYLE.get(type(ob)) or _len_style(ob)) != "length":
             return None
+    final_ob_lens = msgspec.convert(_ob_lengths(final_obs), _NNS)  # a count, never None as a dict's may be
+    lens = list(map(len, step_lists))
     if not flat:
-        return _Columns(glens, list(map(len, step_lists)), (), (), (), (), (), (), final_rewards, metrics, [])
+        return _Columns(glens, lens, (), (), (), (), (), (), final_rewards, metrics, final_ob_lens)
     obs, acs, rewards, dones, step_metrics, logs = [list(map(get, flat)) for get in _TRANSITION_GETTERS]
+    ob_lens, ac_lens = _ob_lengths(obs), list(map(len, map(_TOKENS, acs)))
     return _Columns(
         glens,
-        list(map(len, step_lists)),
-        _ob_lengths(obs),
-        list(map(len, map(_TOKENS, acs))),
+        lens,
+        ob_lens,
+        ac_lens,
         rewards,
         dones,
         step_metrics,
         logs,
         final_rewards,
         metrics,
-        msgspec.convert(_ob_lengths(final_obs), _NNS),  # a count, never None as a dict's may be
+        final_ob_lens,
     )
 
 
