@@ -13,10 +13,15 @@ Accepted shapes (see :func:`rllog.build_rollout_summaries` for the contract):
   (tinker-cookbook ``Transition``: ``ob.length``, ``len(ac.tokens)``);
 - records: a flat list of :class:`TrajectorySummary` or dicts that carry ``group_idx``.
 
-Rewards and token counts are converted on the way in; metrics and logs dicts are
-checked for the whole batch at once and converted only when that check fails
-(numpy/torch scalars become Python numbers). Records holding a non-finite float or a
-nested log value are noted: only those take the slower encoding path.
+The three shapes loops pass most (ready records, lists of plain dict trajectories whose
+steps hold all six keys, tinker-cookbook TrajectoryGroups) are built and checked a field
+at a time over the whole call (C-level map/chain passes, ``msgspec.convert`` of whole
+columns); any other shape or value sends the call to the general path, which builds it a
+value at a time: rewards and token counts are converted on the way in, metrics and logs
+dicts are checked for the whole batch at once and converted only when that check fails
+(numpy/torch scalars become Python numbers). Both give the same records, bytes and
+errors. Records holding a non-finite float or a nested log value are noted: only those
+take the slower encoding path.
 """
 
 from __future__ import annotations
