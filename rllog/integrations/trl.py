@@ -350,7 +350,7 @@ def _token_counts(tok: Any, values: list[Any], *, prompt: bool) -> list[int | No
                 )
             else:
                 ids = tok([_plain(values[i]) for i in idx], add_special_tokens=False)
-            if isinstance(ids, Mapping):  # a BatchEncoding (always from __call__; transformers 5's chat template)
+            if isinstance(ids, Mapping):  # a BatchEncoding (__call__; transformers 5's chat template)
                 ids = ids["input_ids"]
             counts: list[int | None] = [len(x) for x in ids]
             if len(counts) != len(idx):  # not one sequence per value
