@@ -14,11 +14,14 @@ interleaved (none, rllog, wandb, none, ...), ``--repeats`` times, in one process
 run it measures the time spent inside the tracker's callback methods (every ``on_*``
 hook, by wrapping them), split into setup (``on_train_begin``/``on_train_end``: opening
 and closing the run) and per logging step (every other hook, divided by the number of
-logging steps), and the wall time of ``trainer.train()`` per step. Inside the hooks the
-seconds in ``os.fsync``/``os.fdatasync`` are counted apart (wandb writes from its own process: none of its
-fsyncs are here), since on a loaded disk they vary most. Printed: medians with
-[min, max] over the repeats, and the ratios rllog/wandb of the callback times (also
-without rllog's fsyncs) and wall(x)/wall(none), as median [min, max] of the per-repeat ratios.
+logging steps); of the latter also the CPU time on the training thread
+(``time.thread_time``: what the hooks compute, without waits for the disk or for the
+cores of a busy machine) and the seconds in ``os.fsync``/``os.fdatasync`` (wandb writes
+from its own process: none of its fsyncs are here; on a shared disk they vary most);
+and the wall time of ``trainer.train()`` per step. Printed: medians with [min, max]
+over the repeats, and the ratios rllog/wandb of the callback times (also without
+rllog's fsyncs, and CPU only) and wall(x)/wall(none), as median [min, max] of the
+per-repeat ratios.
 """
 
 from __future__ import annotations
@@ -67,8 +70,8 @@ for _name in ("fsync", "fdatasync"):  # still syncs; only counts (rllog looks os
 
 def _timed(cb: object, spent: dict[str, float]) -> None:
     """Wrap every ``on_*`` method of callback ``cb`` to add its seconds to ``spent``
-    (``setup``/``step``), and the seconds and calls of ``os.fsync`` made meanwhile to
-    ``step_fsync``/``step_fsyncs``."""
+    (``setup``/``step``), its CPU seconds on the calling thread (``setup_cpu``/``step_cpu``),
+    and the seconds and calls of ``os.fsync`` made meanwhile (``step_fsync``/``step_fsyncs``)."""
     for name in dir(cb):
         if not name.startswith("on_"):
             continue
@@ -76,11 +79,12 @@ def _timed(cb: object, spent: dict[str, float]) -> None:
         key = "setup" if name in SETUP else "step"
 
         def wrapped(*a, __fn=fn, __key=key, **kw):
-            t, f, n = time.perf_counter(), FSYNC["seconds"], FSYNC["calls"]
+            t, c, f, n = time.perf_counter(), time.thread_time(), FSYNC["seconds"], FSYNC["calls"]
             try:
                 return __fn(*a, **kw)
             finally:
                 spent[__key] += time.perf_counter() - t
+                spent[__key + "_cpu"] += time.thread_time() - c
                 if __key == "step":
                     spent["step_fsync"] += FSYNC["seconds"] - f
                     spent["step_fsyncs"] += FSYNC["calls"] - n
@@ -94,7 +98,7 @@ def run_once(kind: str, steps: int, i: int) -> dict[str, float]:
     tr = tiny_trainer("grpo", out, steps=steps, report_to="wandb" if kind == "wandb" else "none", **overrides)
     if kind == "rllog":
         attach(tr, os.path.join(out, "run"), code_diff=False)
-    spent = {"setup": 0.0, "step": 0.0, "step_fsync": 0.0, "step_fsyncs": 0}
+    spent = dict.fromkeys(("setup", "setup_cpu", "step", "step_cpu", "step_fsync", "step_fsyncs"), 0.0)
     tracked = [
         cb
         for cb in tr.callback_handler.callbacks
@@ -122,6 +126,7 @@ def run_once(kind: str, steps: int, i: int) -> dict[str, float]:
         "fsync_per_log_step": spent["step_fsync"] / logging_steps,
         "fsyncs_per_log_step": spent["step_fsyncs"] / logging_steps,
         "no_fsync_per_log_step": (spent["step"] - spent["step_fsync"]) / logging_steps,
+        "cpu_per_log_step": spent["step_cpu"] / logging_steps,
     }
 
 
@@ -151,6 +156,7 @@ def main() -> None:
                 ""
                 if k == "none"
                 else f"; callback per logging step {_med([x['per_log_step'] * 1e3 for x in r])} ms"
+                f" (CPU {_med([x['cpu_per_log_step'] * 1e3 for x in r])} ms)"
                 f"; setup+close {_med([x['setup'] for x in r])} s"
             )
         )
@@ -166,6 +172,9 @@ def main() -> None:
     print(
         "callback per logging step without rllog's fsyncs, rllog/wandb: "
         + _med([res["rllog"][i]["no_fsync_per_log_step"] / res["wandb"][i]["per_log_step"] for i in range(n)])
+    )
+    print(
+        f"callback CPU time per logging step, rllog/wandb: {_med(ratio('rllog', 'wandb', 'cpu_per_log_step'))}"
     )
     print(f"setup+close, rllog/wandb: {_med(ratio('rllog', 'wandb', 'setup'))}")
     print(f"wall/step, rllog/none: {_med(ratio('rllog', 'none', 'wall_per_step'))}")
