@@ -248,3 +248,34 @@ def test_timers_nest_add_up_and_write_spans(tmp_path):
     assert all(s["step"] == 0 and s["end"] > s["start"] for s in spans)
     with pytest.raises(ValueError, match="timer name"):
         lg.timer("/x")
+
+
+def _ratio_findings(tmp_path, name, **options):
+    fired = []
+    with RunLogger(tmp_path / name, on_finding=fired.append, code_diff=False, index=False, **options) as lg:
+        for i in range(6):
+            lg.log_metrics(i, {"val/ratio": 1.5})  # inside the default bounds (0.5, 2.0)
+    return [(f["check"], f["threshold"]) for f in fired]
+
+
+def test_live_doctor_takes_thresholds_from_a_file_or_a_mapping(tmp_path):
+    # RunLogger(doctor=...) took only True or a Thresholds: a path or a dict ran the default
+    # thresholds without a word, so the alert the user configured never fired
+    (tmp_path / "t.toml").write_text("ratio_high = 1.2\n")
+    (tmp_path / "t.json").write_text('{"ratio_high": 1.2}')
+    assert _ratio_findings(tmp_path, "default", doctor=True) == []
+    for name, doctor in [("toml", tmp_path / "t.toml"), ("json", str(tmp_path / "t.json")), ("map", {"ratio_high": 1.2})]:
+        ((check, threshold),) = _ratio_findings(tmp_path, name, doctor=doctor)
+        assert check == "ratio" and "1.2" in threshold, (name, threshold)
+
+
+def test_live_doctor_misuse_fails_at_construction(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.toml"):
+        RunLogger(tmp_path / "a", doctor=tmp_path / "nope.toml")
+    with pytest.raises(ValueError, match="ratio_hgh"):
+        RunLogger(tmp_path / "b", doctor={"ratio_hgh": 1.2})
+    with pytest.raises(TypeError, match="doctor="):
+        RunLogger(tmp_path / "c", doctor=3)
+    with pytest.raises(ValueError, match="on_finding"):  # it was never called without the doctor
+        RunLogger(tmp_path / "d", on_finding=print)
+    assert not any((tmp_path / n).exists() for n in "abcd")  # nothing opened
