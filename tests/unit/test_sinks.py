@@ -279,3 +279,20 @@ def test_live_doctor_misuse_fails_at_construction(tmp_path):
     with pytest.raises(ValueError, match="on_finding"):  # it was never called without the doctor
         RunLogger(tmp_path / "d", on_finding=print)
     assert not any((tmp_path / n).exists() for n in "abcd")  # nothing opened
+
+
+def test_console_lines_show_control_characters_escaped(tmp_path, capsys):
+    # logged keys and strings come from the job or the model: printed raw, ESC [2J cleared the
+    # user's terminal and OSC 52 could write their clipboard (rllog/_format/terminal.py)
+    import io
+    import re
+
+    out = io.StringIO()
+    sink = rllog.sinks.Console(stream=out)
+    with RunLogger(tmp_path / "r", report_to=sink, console=True, code_diff=False, index=False) as lg:
+        lg.log_metrics(0, {"we\x1b[2Jird": 1.0, "title": "x\x1b]52;c;aGk=\x07", "bidi\u202e": 2})
+        lg.log_checkpoint("c\x1b[31m", batch=1)
+    for text in (out.getvalue(), capsys.readouterr().err):
+        assert "we\\u001b[2Jird=1" in text and "x\\u001b]52;c;aGk=\\u0007" in text, repr(text)
+        assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e]", text), repr(text)
+    assert "checkpoint c\\u001b[31m (batch 1)" in out.getvalue()
