@@ -258,11 +258,11 @@ def _last_rows(reader, n: int) -> list[tuple[int, dict]]:
     want = max(n, 1)
     while True:
         start = _start_of_last_lines(storage, name, size, want)
-        reader.offset, reader.lines, reader.problems = start, 0, []
+        reader.seek(start)
         rows = reader.poll(end=size)
         if reader.problems and start > 0:  # name the damaged lines by their real numbers
             before = _count_newlines(storage, name, start)
-            reader.offset, reader.lines, reader.problems = start, before, []
+            reader.seek(start, before)
             rows = reader.poll(end=size)
         if len(rows) >= n or start == 0:
             return rows[-n:] if n else []
