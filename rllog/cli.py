@@ -202,15 +202,23 @@ def tail(run: str, follow: bool, n_rows: int, keys: tuple[str, ...], interval: f
         )
     reader = MetricsTail(storage, name)
     seen: dict[str, None] = {}  # every key of the rows read so far, in order
+    waiting: set[str] = set()  # -k keys no row has yet (with -f: warned about, shown as -)
 
     def show(rows: list[tuple[int, dict]]) -> None:
-        if keys and rows and not all(k in seen for k in keys):
+        if keys and rows and not all(k in seen or k in waiting for k in keys):
             for _, row in rows:
                 seen.update(dict.fromkeys(row))
+            missing = [k for k in keys if k not in seen and k not in waiting]
+            if missing:  # not in these rows: an evaluation key may be in earlier ones
+                seen.update(dict.fromkeys(_keys_in(storage, name, reader.offset, missing)))
+            absent = [k for k in missing if k not in seen]
             try:
-                check_keys(keys, [k for k in seen if k not in STEP_KEYS], f"{storage.url}/{name}")
+                check_keys(absent, [k for k in seen if k not in STEP_KEYS], f"{storage.url}/{name}")
             except ValueError as exc:
-                raise _CliError(str(exc)) from None
+                if not follow:
+                    raise _CliError(str(exc)) from None
+                waiting.update(absent)  # a key the run has not logged yet (an evaluation)
+                _echo(f"warning: {exc}; shown as - until a row has it", err=True)
         for _, row in rows:
             if keys:
                 step = next((f"{k}={row[k]}" for k in ("step", "global_step", "_step") if k in row), "")
@@ -288,6 +296,24 @@ def _start_of_last_lines(storage, name: str, size: int, n: int) -> int:
         if pos == 0:
             return 0
     return 0
+
+
+def _keys_in(storage, name: str, end: int, wanted: list[str]) -> list[str]:
+    """The keys of the rows in the first ``end`` bytes of ``name``, read block by block (memory:
+    one block and the keys), stopping once every key of ``wanted`` was seen."""
+    from rllog._format.jsonl import parse_lines
+
+    keys: dict[str, None] = {}
+    pos, rest = 0, b""
+    while pos < end and not all(k in keys for k in wanted):
+        block = rest + storage.read_range(name, pos, min(end, pos + _TAIL_BLOCK))
+        pos = min(end, pos + _TAIL_BLOCK)
+        cut = block.rfind(b"\n") + 1
+        rows, _ = parse_lines(block[:cut], name, 1)
+        rest = block[cut:]
+        for _, row in rows:
+            keys.update(dict.fromkeys(row))
+    return list(keys)
 
 
 def _count_newlines(storage, name: str, end: int) -> int:

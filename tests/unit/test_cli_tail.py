@@ -28,3 +28,54 @@ def test_tail_with_a_damaged_line_among_the_last_rows(tmp_path, rows_before):
         f'{{"step": {i}, "loss": {i}.5}}' for i in range(n - 3, n)
     ]
     assert f"metrics.jsonl line {n}: not JSON" in result.output and "rewritten" not in result.output
+
+
+def _eval_run(path, n=10, eval_at=(3,)):
+    path.mkdir(exist_ok=True)
+    with open(path / "metrics.jsonl", "a") as f:
+        for i in range(n):
+            f.write(f'{{"step":{i},"loss":{i}.5' + (',"test/reward":0.25' if i in eval_at else "") + "}\n")
+
+
+def test_tail_key_that_only_earlier_rows_have_is_a_metric(tmp_path):
+    # -k was checked against the rows shown only: an evaluation key absent from the last
+    # rows was "not a metric of" the run, exit 2
+    _eval_run(tmp_path)
+    result = _tail(tmp_path, "-n", "2", "-k", "test/reward", "-k", "loss")
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == ["step=8  test/reward=-  loss=8.5", "step=9  test/reward=-  loss=9.5"]
+    typo = _tail(tmp_path, "-n", "2", "-k", "test/rewrd")  # a key no row has is still an error
+    assert typo.exit_code == 2 and "closest: test/reward" in typo.output
+
+
+def test_tail_follow_waits_for_a_key_not_logged_yet(tmp_path):
+    # `tail -f -k test/reward` on a run that had not evaluated yet exited at once
+    import os
+    import subprocess
+    import sys
+    import threading
+    import time
+    from pathlib import Path
+
+    _eval_run(tmp_path, n=3, eval_at=())
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rllog", "tail", "-f", "-n", "1", "--interval", "0.05", "-k", "test/reward", str(tmp_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )  # fmt: skip
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
+    try:
+        deadline = time.monotonic() + 30
+        while not any(x.startswith("step=2") for x in lines) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert proc.poll() is None, lines  # still following
+        with open(tmp_path / "metrics.jsonl", "a") as f:
+            f.write('{"step":3,"loss":3.5,"test/reward":0.25}\n')
+        while not any("test/reward=0.25" in x for x in lines) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert "step=3  test/reward=0.25\n" in lines, lines
+        assert any("'test/reward' is not a metric" in x for x in lines)  # said once, not fatal
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
