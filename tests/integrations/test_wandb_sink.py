@@ -265,3 +265,21 @@ def test_a_kill_and_resume_leave_every_row_in_wandb_and_never_reuse_a_step(offli
     assert [r["_step"] for r in resumed] == list(range(STEP_BLOCK, STEP_BLOCK + 6))
     state = json.loads((run / "trackers.json").read_text())["wandb"]
     assert state["segments"] == 1 and state["next_step"] == STEP_BLOCK + 6
+
+
+def test_tinker_setup_logging_gives_its_wandb_project_and_name_to_the_wandb_sink(offline):
+    # tinker-cookbook's loop calls setup_logging(log_dir, wandb_project=cfg.wandb_project,
+    # wandb_name=cfg.wandb_name); both were dropped, so use_rllog(report_to=...) logged to
+    # wandb's "uncategorized" project under the folder's name
+    import dataclasses
+
+    from rllog.integrations.tinker import setup_logging
+
+    sink = dataclasses.replace(_sink(), project=None)
+    ml = setup_logging(str(offline / "run"), wandb_project="my-proj", wandb_name="exp-7", report_to=[sink, "console"],
+                       code_diff=False, index=False)  # fmt: skip
+    ml.log_metrics({"loss": 1.0}, step=0)
+    ml.close()
+    (run,) = [r.run for f in _run_files(offline) for r in records(f) if r.WhichOneof("record_type") == "run"][:1]
+    assert (run.project, run.display_name) == ("my-proj", "exp-7")
+    assert sink.project is None  # the caller's options object is left as it was

@@ -9,7 +9,7 @@ from rllog.integrations.tinker import setup_logging
 
 
 def test_ml_log_calls_write_the_run(tmp_path):
-    ml = setup_logging(str(tmp_path / "run"), wandb_project="ignored", config={"lr": 1e-4}, code_diff=False)
+    ml = setup_logging(str(tmp_path / "run"), config={"lr": 1e-4}, code_diff=False)
     ml.log_metrics({"env/all/reward/total": 0.5}, step=0)
     ml.log_metrics({"optim/lr": 1e-4})  # step=None: the last step
     ml.log_metrics_event({"time/x": 1.0}, step=1, step_metric="progress/batch")
@@ -22,3 +22,13 @@ def test_ml_log_calls_write_the_run(tmp_path):
     ]
     assert json.loads((tmp_path / "run" / "config.json").read_text())["lr"] == 1e-4
     assert (tmp_path / "run" / "long_text").is_dir()
+
+
+def test_a_wandb_project_without_a_wandb_sink_is_warned_about(tmp_path):
+    # tinker-cookbook's loop passes its config's wandb_project: without report_to="wandb"
+    # rllog writes no W&B run, which was not said
+    import pytest
+
+    with pytest.warns(UserWarning, match=r"wandb_project='p'.*report_to='wandb'"):
+        ml = setup_logging(str(tmp_path / "run"), wandb_project="p", code_diff=False, index=False)
+    ml.close()
