@@ -264,7 +264,11 @@ def test_live_doctor_takes_thresholds_from_a_file_or_a_mapping(tmp_path):
     (tmp_path / "t.toml").write_text("ratio_high = 1.2\n")
     (tmp_path / "t.json").write_text('{"ratio_high": 1.2}')
     assert _ratio_findings(tmp_path, "default", doctor=True) == []
-    for name, doctor in [("toml", tmp_path / "t.toml"), ("json", str(tmp_path / "t.json")), ("map", {"ratio_high": 1.2})]:
+    for name, doctor in [
+        ("toml", tmp_path / "t.toml"),
+        ("json", str(tmp_path / "t.json")),
+        ("map", {"ratio_high": 1.2}),
+    ]:
         ((check, threshold),) = _ratio_findings(tmp_path, name, doctor=doctor)
         assert check == "ratio" and "1.2" in threshold, (name, threshold)
 
@@ -296,3 +300,26 @@ def test_console_lines_show_control_characters_escaped(tmp_path, capsys):
         assert "we\\u001b[2Jird=1" in text and "x\\u001b]52;c;aGk=\\u0007" in text, repr(text)
         assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e]", text), repr(text)
     assert "checkpoint c\\u001b[31m (batch 1)" in out.getvalue()
+
+
+def test_a_sink_raising_systemexit_is_disabled_and_the_others_go_on(tmp_path):
+    # a sink (or a tracker library under it) that calls sys.exit() ended the sink thread:
+    # every other sink and the live doctor stopped without a word, and close() blamed its timeout
+    class Exits(Recorder):
+        def log_metrics(self, step, row):
+            if step == 2:
+                raise SystemExit("tracker service died")
+
+    good, fired = Recorder("good"), []
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        with RunLogger(tmp_path / "r", report_to=[Exits("exits"), good], doctor=True, on_finding=fired.append,
+                       code_diff=False, index=False, sink_timeout=5) as lg:  # fmt: skip
+            lg._sinks._retrying.wait = lambda state: 0
+            for i in range(8):
+                lg.log_metrics(i, {"loss": math.nan if i == 5 else 1.0})
+    assert [s for s, _ in good.rows] == list(range(8))
+    assert [(f["check"], f["metric"]) for f in fired] == [("nonfinite", "loss")]
+    text = "\n".join(lg.warnings)
+    assert "sink exits failed (log_metrics raised SystemExit: tracker service died)" in text
+    assert "sink exits received 2 of 8" in text and "gave up" not in text and "sink good" not in text
