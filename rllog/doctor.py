@@ -216,7 +216,11 @@ def check_run(log_path: Any, thresholds: Thresholds | None = None) -> list[Findi
             raise FileNotFoundError(
                 f"no {run.metrics_name} in {run.url}: nothing was checked; expected a run folder (or a metrics "
                 ".jsonl file, a trainer_state.json)"
-                + ("; for TensorBoard event files: rllog import tensorboard FOLDER OUT" if tensorboard else "")
+                + (
+                    "; for TensorBoard event files: rllog import tensorboard FOLDER OUT"
+                    if tensorboard
+                    else ""
+                )
             )
         findings = diagnose_rows(run.iter_rows(), thresholds, step_key=run.step_key)
         damaged = run.damaged_lines  # after the rows were read: the lines they skipped

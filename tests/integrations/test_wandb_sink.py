@@ -280,6 +280,8 @@ def test_tinker_setup_logging_gives_its_wandb_project_and_name_to_the_wandb_sink
                        code_diff=False, index=False)  # fmt: skip
     ml.log_metrics({"loss": 1.0}, step=0)
     ml.close()
-    (run,) = [r.run for f in _run_files(offline) for r in records(f) if r.WhichOneof("record_type") == "run"][:1]
+    (run,) = [r.run for f in _run_files(offline) for r in records(f) if r.WhichOneof("record_type") == "run"][
+        :1
+    ]
     assert (run.project, run.display_name) == ("my-proj", "exp-7")
     assert sink.project is None  # the caller's options object is left as it was

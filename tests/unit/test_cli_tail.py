@@ -43,7 +43,10 @@ def test_tail_key_that_only_earlier_rows_have_is_a_metric(tmp_path):
     _eval_run(tmp_path)
     result = _tail(tmp_path, "-n", "2", "-k", "test/reward", "-k", "loss")
     assert result.exit_code == 0, result.output
-    assert result.output.splitlines() == ["step=8  test/reward=-  loss=8.5", "step=9  test/reward=-  loss=9.5"]
+    assert result.output.splitlines() == [
+        "step=8  test/reward=-  loss=8.5",
+        "step=9  test/reward=-  loss=9.5",
+    ]
     typo = _tail(tmp_path, "-n", "2", "-k", "test/rewrd")  # a key no row has is still an error
     assert typo.exit_code == 2 and "closest: test/reward" in typo.output
 
