@@ -178,7 +178,8 @@ def tail(run: str, follow: bool, n_rows: int, keys: tuple[str, ...], interval: f
 
     RUN is a run folder or URI, or a metrics .jsonl file. Only new bytes are read on each
     check; with -f a row appears within INTERVAL seconds of being written (a run on an
-    object store shows rows once the writer has flushed them).
+    object store shows rows once the writer has flushed them), and a failed read (a
+    bucket that does not answer) is warned about while following goes on.
     """
     import json
     import os
@@ -239,10 +240,23 @@ def tail(run: str, follow: bool, n_rows: int, keys: tuple[str, ...], interval: f
     show(_last_rows(reader, n_rows))
     if not follow:
         return
+    failing = False  # the last read failed (said once per outage)
     try:
         while True:
             time.sleep(interval)
-            rows = reader.poll()
+            try:
+                rows = reader.poll()
+            except OSError as exc:  # a bucket that does not answer for a while: keep following
+                if not failing:
+                    _echo(
+                        f"warning: could not read {storage.url}/{name} ({_error_text(exc)}); still following",
+                        err=True,
+                    )
+                failing = True
+                continue
+            if failing:
+                _echo(f"warning: reading {storage.url}/{name} again", err=True)
+                failing = False
             show(last(rows) if reader.rewritten else rows)  # rewritten on resume: start over
     except KeyboardInterrupt:
         pass

@@ -82,3 +82,45 @@ def test_tail_follow_waits_for_a_key_not_logged_yet(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_tail_follow_outlives_a_read_error(tmp_path):
+    # with -f, one failed read (a bucket that does not answer for a while, here the file
+    # replaced by a folder) ended the command with "Error: ..."; it now says so and goes on
+    import os
+    import subprocess
+    import sys
+    import threading
+    import time
+    from pathlib import Path
+
+    _eval_run(tmp_path, n=2, eval_at=())
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rllog", "tail", "-f", "-n", "1", "--interval", "0.05", str(tmp_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )  # fmt: skip
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
+
+    def wait_for(text):
+        deadline = time.monotonic() + 30
+        while not any(text in x for x in lines) and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.02)
+        assert any(text in x for x in lines), lines
+
+    try:
+        wait_for('"step": 1')
+        metrics = tmp_path / "metrics.jsonl"
+        metrics.rename(tmp_path / "aside")
+        (tmp_path / "metrics.jsonl").mkdir()  # reading it fails: IsADirectoryError
+        wait_for("could not read")
+        assert proc.poll() is None, lines
+        (tmp_path / "metrics.jsonl").rmdir()
+        (tmp_path / "aside").rename(metrics)
+        with open(metrics, "a") as f:
+            f.write('{"step":2,"loss":2.5}\n')
+        wait_for('"step": 2')
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
