@@ -132,7 +132,12 @@ _STEP_KEY = click.option(
     multiple=True,
     help="Show the last value of KEY (repeatable; default: the key metrics found).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the summary as one JSON object (strict JSON: NaN/Infinity as strings).",
+)
 @_STEP_KEY
 @_clean_errors
 def summary(run: str, keys: tuple[str, ...], as_json: bool, step_key: str | None) -> None:
@@ -149,7 +154,19 @@ def summary(run: str, keys: tuple[str, ...], as_json: bool, step_key: str | None
     data = read_run(run, step_key=step_key)
     _check_keys(keys, [data])
     info = summarize(data, list(keys) or None)
-    _echo(encode_json(info, indent=2).decode() if as_json else format_summary(info))
+    _echo(encode_json(_nonfinite_as_text(info), indent=2).decode() if as_json else format_summary(info))
+
+
+def _nonfinite_as_text(value):
+    """``value`` with each NaN/±Infinity float as the string ``"NaN"``/``"Infinity"``/``"-Infinity"``
+    (strict JSON for scripts, as ``rllog doctor --json`` writes a finding's value)."""
+    if isinstance(value, float) and value - value != 0:
+        return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: _nonfinite_as_text(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_nonfinite_as_text(v) for v in value]
+    return value
 
 
 @main.command()
