@@ -135,7 +135,7 @@ class RunLogger:
             new finding (e.g. set a flag the loop reads to stop or lower its learning rate).
             Needs ``doctor``.
         sink_timeout: seconds ``close`` waits for the sinks before saying what each did
-            not receive.
+            not receive (at most its own ``timeout``).
         sink_queue_size: items the sinks' queue holds; past it rows are dropped from the
             sinks (counted and reported; metrics.jsonl keeps them).
         timing_spans: also write each :meth:`timer` span to ``timing_spans.jsonl``.
@@ -685,7 +685,7 @@ class RunLogger:
         if self._diff_thread is not None:
             self._diff_thread.join(timeout=min(30.0, _left(deadline) or 0.0))
         if self._sinks is not None:
-            for message in self._sinks.close(self._sink_timeout):
+            for message in self._sinks.close(min(self._sink_timeout, _left(deadline) or 0.0)):
                 self._notes.note(message)
             self._rewrite_findings()
         self._checkpoints.stop(timeout=min(1.0, _left(deadline) or 0.0))

@@ -323,3 +323,28 @@ def test_a_sink_raising_systemexit_is_disabled_and_the_others_go_on(tmp_path):
     text = "\n".join(lg.warnings)
     assert "sink exits failed (log_metrics raised SystemExit: tracker service died)" in text
     assert "sink exits received 2 of 8" in text and "gave up" not in text and "sink good" not in text
+
+
+def test_close_timeout_bounds_the_wait_for_a_hung_sink(tmp_path):
+    # close(timeout=...) is "the seconds the whole close may take at most", but a hung sink
+    # held it for sink_timeout (30 s) whatever the timeout given
+    hung = threading.Event()
+
+    class Hung(BaseSink):
+        name = "hung"
+
+        def log_metrics(self, step, row):
+            hung.wait(60)
+
+    lg = RunLogger(tmp_path / "r", report_to=Hung(), code_diff=False, index=False)
+    try:
+        lg.log_metrics(0, {"x": 1.0})
+        t0 = time.monotonic()
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            lg.close(timeout=1.0)
+        assert time.monotonic() - t0 < 10, "close waited for the sink past its timeout"
+        assert any(w.startswith("sink hung received 0 of 1") for w in lg.warnings), lg.warnings
+        assert _rows(tmp_path / "r") == [{"step": 0, "x": 1.0}]
+    finally:
+        hung.set()
