@@ -210,6 +210,7 @@ class RunLogger:
         self.resume_require = resume_require
         # the highest row position logged (epoch checkpoint records keep it)
         self.resume_state: ResumeState | None = None
+        self._resume_point: int | None = None  # the step rows were moved aside from on resume
         self._notes = Notes()
         self.warnings = self._notes.messages
         self._storage_options = storage_options
@@ -370,7 +371,7 @@ class RunLogger:
         rec = choose_record(records, self.resume_key, self.resume_require, self._notes.note)
         if rec is not None:
             self.resume_state = ResumeState.from_record(rec, self.resume_key)
-        point = resume_point(storage, rec, self.resume_key, self._notes.note)
+        point = self._resume_point = resume_point(storage, rec, self.resume_key, self._notes.note)
         if point is not None:
             gap = missing_rows(storage, point, rec) if rec is not None else None
             if gap is not None:

@@ -314,18 +314,27 @@ class RllogRunStore:
             )
 
     def truncate_metrics(self, from_step: int) -> int:
-        """tinker-cookbook's resume drops rows at or past ``from_step``; rllog moved them to
+        """tinker-cookbook's resume drops rows at or past ``from_step`` (``epoch *
+        n_batches + batch`` in its supervised loop); rllog moved them to
         metrics.superseded.jsonl when the logger opened (``resume=True``). Returns 0; warns
-        when the logger resumed elsewhere (or did not resume), since rows past
+        when the logger moved rows from another step (or did not resume), since rows past
         ``from_step`` are then still in metrics.jsonl."""
         logger = self.run_logger
         state = getattr(logger, "resume_state", None)
-        if logger.is_writer and (state is None or state.batch != from_step):
+        point = getattr(logger, "_resume_point", None)  # the step rllog moved rows aside from
+        if logger.is_writer and (state is None or point != from_step):
+            if state is None:
+                why = "did not resume; open it with resume=True (setup_logging's default)"
+            elif point is None:
+                why = (
+                    f"could not tell where checkpoint {state.name!r} stands among the rows (see its warning)"
+                )
+            else:
+                why = f"moved the rows from step {point} on aside"
             logger._notes.warn_once(
                 "tinker_resume",
-                f"tinker-cookbook resumes at step {from_step}, but this logger "
-                + ("did not resume" if state is None else f"resumed at {state.batch}")
-                + "; open it with resume=True (setup_logging's default) so rows past the checkpoint are moved aside",
+                f"tinker-cookbook resumes at step {from_step}, but this logger {why}: rows logged past "
+                f"step {from_step} before the resume may stand beside the re-run ones",
             )
         return 0
 

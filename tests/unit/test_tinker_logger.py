@@ -32,3 +32,27 @@ def test_a_wandb_project_without_a_wandb_sink_is_warned_about(tmp_path):
     with pytest.warns(UserWarning, match=r"wandb_project='p'.*report_to='wandb'"):
         ml = setup_logging(str(tmp_path / "run"), wandb_project="p", code_diff=False, index=False)
     ml.close()
+
+
+def test_a_supervised_resume_past_the_first_epoch_is_not_warned_about(tmp_path):
+    # tinker-cookbook's supervised loop truncates at epoch * n_batches + batch; rllog moved the
+    # rows at that step aside, yet truncate_metrics compared it with the record's raw batch
+    # and warned "this logger resumed at 2; open it with resume=True" (it was open so)
+    run = str(tmp_path / "run")
+    ml = setup_logging(run, code_diff=False, index=False)
+    for step in range(9):  # 5 batches per epoch
+        ml.log_metrics({"train_mean_nll": 1.0 / (step + 1), "epoch": step // 5}, step=step)
+        if step == 6:
+            ml.store.write_checkpoint(
+                {"name": "000007", "epoch": 1, "batch": 2, "state_path": "tinker://x/7"}
+            )
+    ml.close()
+    ml = setup_logging(run, code_diff=False, index=False)
+    assert ml.store.truncate_metrics(1 * 5 + 2) == 0
+    ml.close()
+    assert not [w for w in ml.run_logger.warnings if "tinker-cookbook resumes" in w], ml.run_logger.warnings
+    assert list(read_run(run).metrics["step"]) == list(range(7))
+    ml = setup_logging(run, code_diff=False, index=False)  # resumes at 7 again: a step elsewhere is said
+    ml.store.truncate_metrics(3)
+    ml.close()
+    assert [w for w in ml.run_logger.warnings if "tinker-cookbook resumes at step 3" in w]
