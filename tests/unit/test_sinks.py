@@ -348,3 +348,13 @@ def test_close_timeout_bounds_the_wait_for_a_hung_sink(tmp_path):
         assert _rows(tmp_path / "r") == [{"step": 0, "x": 1.0}]
     finally:
         hung.set()
+
+
+@pytest.mark.parametrize("cls", [rllog.sinks.Console, rllog.sinks.TensorBoard, Recorder])
+def test_a_sink_class_instead_of_an_instance_fails_at_construction(tmp_path, cls):
+    # report_to=rllog.sinks.Console (no parentheses) passed the protocol check: the sink was
+    # disabled on the background thread ("open() missing 1 required positional argument"),
+    # or construction failed with "check_installed() missing 1 required positional argument"
+    with pytest.raises(TypeError, match=rf"{cls.__name__} is a class.*{cls.__name__}\(\)"):
+        RunLogger(tmp_path / "r", report_to=[cls])
+    assert not (tmp_path / "r").exists()
