@@ -780,18 +780,25 @@ def grep(pattern: str, run: str, regex: bool, ignore_case: bool, max_hits: int, 
     for a logtree hit (a conversation message or a text of the iteration's report);
     exit code 1 when nothing matched.
     """
+    import warnings
+
     from rllog._format.codec import encode_json
     from rllog._read.run import read_run
     from rllog._read.search import compile_pattern, search_run
 
     compiled = compile_pattern(pattern, regex=regex, ignore_case=ignore_case)
+    problems: list[str] = []
     with read_run(run) as r:
         if not r.storage.exists(r.metrics_name) and not r.iterations:
             raise FileNotFoundError(
                 f"no run at {run}: no {r.metrics_name} and no iteration files "
                 "(expected a run folder, a metrics .jsonl file or a bucket URL)"
             )
-        hits, files = search_run(r.storage, compiled, limit=max_hits)
+        with warnings.catch_warnings(record=True) as caught:  # a torn last line, dropped by the decoder
+            warnings.simplefilter("always")
+            hits, files = search_run(r.storage, compiled, limit=max_hits, problems=problems)
+    for problem in [*(str(w.message) for w in caught), *problems]:
+        _echo(f"warning: {problem}", err=True)
     for h in hits:
         if as_json:
             _echo(encode_json(h).decode())
