@@ -8,13 +8,14 @@ each in a fresh subprocess per reader, interleaved, ``--repeat`` times:
 - rllog columns=: ``read_run(path, columns=[3 keys]).metrics``
 - pandas: ``pandas.read_json(path, lines=True)``
 
+``--before DIR`` adds the same two rllog reads with rllog imported from another checkout.
 Each child first reads a 10-row file the same way (imports, code paths loaded), resets
 its peak RSS (``/proc/self/clear_refs``; Linux), then measures the read's wall time, the
 peak RSS it added (``VmHWM`` after minus ``VmRSS`` before) and the final DataFrame's
 ``memory_usage(deep=True)``. Printed: median and range of time / pandas' time and of
 peak added / DataFrame. Targets: time <= 0.5x pandas, peak <= 2x the DataFrame.
 
-    PYTHONPATH=. python benchmarks/bench_frame.py --rows 100000 --keys 100 --strings 3
+    python benchmarks/bench_frame.py --rows 100000 --keys 100 --strings 3 [--before ../main]
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 CHILD = r"""
 import json, sys, time
@@ -49,13 +51,23 @@ before = status("VmRSS:")
 t = time.perf_counter()
 df = read(path)
 dt = time.perf_counter() - t
-print(json.dumps({"seconds": dt, "added": status("VmHWM:") - before,
+import rllog
+print(json.dumps({"rllog": rllog.__file__, "seconds": dt, "added": status("VmHWM:") - before,
                   "frame": int(df.memory_usage(deep=True).sum()), "shape": list(df.shape)}))
 """
 
 
-def child(what: str, path: str, warm: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", CHILD, what, path, warm], capture_output=True, check=True)
+def child(what: str, path: str, warm: str, checkout: str) -> dict:
+    """One read in a fresh process importing rllog from ``checkout`` (run in the data's
+    folder: ``python -c`` puts the working folder first on ``sys.path``)."""
+    env = {**os.environ, "PYTHONPATH": checkout}
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, what, path, warm],
+        capture_output=True,
+        check=True,
+        env=env,
+        cwd=os.path.dirname(path),
+    )
     return json.loads(out.stdout.decode().strip().splitlines()[-1])
 
 
@@ -88,31 +100,38 @@ def main() -> None:
     ap.add_argument("--keys", type=int, default=100)
     ap.add_argument("--strings", type=int, default=0, help="string-valued columns added")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument(
+        "--before", help="another rllog checkout (e.g. ../main) measured the same way, interleaved"
+    )
     a = ap.parse_args()
-    readers = ("pandas", "rllog", "rllog_columns")
-    res: dict[str, list[dict]] = {k: [] for k in readers}
+    here = str(Path(__file__).resolve().parents[1])
+    readers = [
+        ("pandas", "pandas", here),
+        ("rllog", "rllog", here),
+        ("rllog columns=", "rllog_columns", here),
+    ]
+    if a.before:
+        readers += [("before", "rllog", a.before), ("before columns=", "rllog_columns", a.before)]
+    res: dict[str, list[dict]] = {name: [] for name, _, _ in readers}
     with tempfile.TemporaryDirectory() as tmp:
         size = write_run(f"{tmp}/run", a.rows, a.keys, a.strings)
         write_run(f"{tmp}/warm", 10, a.keys, a.strings)
         print(f"file: {size / 1e6:.0f} MB, {a.rows} rows x {a.keys + 4} numeric + {a.strings} string keys")
         for _ in range(a.repeat):
-            for what in readers:
-                res[what].append(child(what, f"{tmp}/run", f"{tmp}/warm"))
-    for what in readers:
-        runs = res[what]
+            for name, what, checkout in readers:
+                res[name].append(child(what, f"{tmp}/run", f"{tmp}/warm", checkout))
+    for name, runs in res.items():
         secs = [x["seconds"] for x in runs]
         added = [x["added"] / 2**20 for x in runs]
         print(
-            f"{what:14s} {statistics.median(secs) * 1e3:8.0f} ms [{min(secs) * 1e3:.0f}-{max(secs) * 1e3:.0f}]"
-            f"  peak added {statistics.median(added):7.1f} MiB  frame {runs[0]['frame'] / 2**20:7.1f} MiB"
-            f"  shape {runs[0]['shape']}"
+            f"{name:16s} {statistics.median(secs) * 1e3:7.0f} ms [{min(secs) * 1e3:.0f}-{max(secs) * 1e3:.0f}]"
+            f"  peak added {statistics.median(added):7.1f} MiB  frame {runs[0]['frame'] / 2**20:6.1f} MiB"
+            f"  shape {runs[0]['shape']}  ({runs[0]['rllog']})"
         )
-    for what in readers[1:]:
-        t = [x["seconds"] / p["seconds"] for x, p in zip(res[what], res["pandas"], strict=True)]
-        m = [x["added"] / x["frame"] for x in res[what]]
-        print(f"{what:14s} time/pandas {span(t)}  peak added/frame {span(m)}")
-    m = [x["added"] / x["frame"] for x in res["pandas"]]
-    print(f"{'pandas':14s} peak added/frame {span(m)}")
+    for name, runs in res.items():
+        m = [x["added"] / x["frame"] for x in runs]
+        t = [x["seconds"] / p["seconds"] for x, p in zip(runs, res["pandas"], strict=True)]
+        print(f"{name:16s} time/pandas {span(t)}  peak added/frame {span(m)}")
 
 
 if __name__ == "__main__":

@@ -71,13 +71,18 @@ def _runs(draw: st.DrawFn) -> list[dict]:
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(rows=_runs(), piece=st.sampled_from([64, 200, 1 << 20]), data=st.data())
-def test_the_columnar_frame_is_the_row_frame(tmp_path_factory, rows, piece, data):
+@given(
+    rows=_runs(),
+    read=st.sampled_from([64, 300, 1 << 20]),
+    piece=st.sampled_from([64, 200, 1 << 20]),
+    data=st.data(),
+)
+def test_the_columnar_frame_is_the_row_frame(tmp_path_factory, rows, read, piece, data):
     path = tmp_path_factory.mktemp("run")
     _write(path, rows)
     present = sorted({k for r in rows for k in r} - {"step"})
     columns = data.draw(st.none() | st.lists(st.sampled_from(present), unique=True) if present else st.none())
-    with mock.patch.object(columnar, "_PIECE", piece):
+    with mock.patch.object(columnar, "_READ", read), mock.patch.object(columnar, "_PIECE", piece):
         got = _columnar(path, columns)
     if got is not None:
         pd.testing.assert_frame_equal(got, _by_rows(path, columns))
@@ -128,7 +133,7 @@ def test_keys_that_change_between_pieces(tmp_path):
 def test_declines_what_the_rows_decide(tmp_path, lines):
     (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + ("\n" if lines[-1].endswith("}") else ""))
     for piece in (16, 1 << 20):
-        with mock.patch.object(columnar, "_PIECE", piece):
+        with mock.patch.object(columnar, "_READ", piece), mock.patch.object(columnar, "_PIECE", piece):
             assert _columnar(tmp_path) is None
             assert _columnar(tmp_path, ["a"]) is None
 

@@ -292,6 +292,7 @@ def _read_rss(path: Path, warm: Path, columns: list[str] | None) -> dict:
         capture_output=True,
         check=True,
         env={**os.environ, "PYTHONPATH": str(Path(rllog.__file__).parents[1])},
+        cwd=path,  # not the working folder: `python -c` puts it first on sys.path
     )
     return json.loads(out.stdout)
 
