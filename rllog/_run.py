@@ -32,7 +32,7 @@ import time
 import weakref
 from typing import Any, cast
 
-from rllog._format.codec import encode_json
+from rllog._format.codec import MetricsEncoder, encode_json
 from rllog._format.layout import (
     CHECKPOINTS_FILE,
     CODE_DIFF_FILE,
@@ -396,6 +396,8 @@ class RunLogger:
             step: the iteration (batch) index, an int >= 0.
             metrics: str keys to numbers, bools, strings or None; numpy scalars and
                 one-element arrays/tensors are converted; NaN and ±Infinity are kept.
+                Secrets in string values (and every string under a secret-named key)
+                are written as ``<redacted>``, to the file, the console and every sink.
 
         The row is in the OS (locally) when this returns; on object stores it is
         staged for the next upload. Costs ~10-25 us for 100 floats.
@@ -553,12 +555,7 @@ class RunLogger:
             ValueError: ``iteration`` outside ``0 <= iteration < 2**63``; raised at the call.
         """
         self._check_open(f"evaluation({name!r}, {iteration!r})")
-        if not isinstance(name, str):
-            raise TypeError(
-                f"evaluation(name, iteration): name must be the evaluator's name, a str; got "
-                f"{type(name).__name__} {name!r:.40} (use iteration({iteration!r}) for a training iteration)"
-            )
-        artifact_name(iteration, "html", name)
+        _check_evaluation(name, iteration)
         self._check_rewrite("report", iteration, name)
         from rllog.logtree import iteration_trace
 
@@ -1009,6 +1006,16 @@ def _close_open_loggers() -> None:
             logger.close()
 
 
+def _check_evaluation(name: Any, iteration: Any) -> None:
+    """Raises at the call what :meth:`RunLogger.evaluation` raises for a bad name or iteration."""
+    if not isinstance(name, str):
+        raise TypeError(
+            f"evaluation(name, iteration): name must be the evaluator's name, a str; got "
+            f"{type(name).__name__} {name!r:.40} (use iteration({iteration!r}) for a training iteration)"
+        )
+    artifact_name(iteration, "html", name)
+
+
 def _left(deadline: float | None) -> float | None:
     """Seconds until ``deadline`` (``time.monotonic``), at least 0; None for no deadline."""
     return None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -1017,6 +1024,8 @@ def _left(deadline: float | None) -> float | None:
 class NullRunLogger(RunLogger):
     """What ``RunLogger(...)`` returns on a rank that does not write (rank != 0 without
     ``all_ranks``): the same methods, each a cheap no-op, so a loop needs no rank checks.
+    Arguments are checked as on the writing rank (a bad step, key, name or iteration
+    raises the same error on every rank), and calls after ``close`` raise RuntimeError.
 
     ``is_writer`` is False, ``resume_state`` None, ``warnings`` empty, ``storage`` None;
     ``iteration``/``evaluation`` give a null context (logtree calls inside are no-ops).
@@ -1048,6 +1057,7 @@ class NullRunLogger(RunLogger):
         self.storage = None  # type: ignore[assignment]  # a null logger has no storage
         self.log_path = os.fspath(log_path) if isinstance(log_path, (str, os.PathLike)) else log_path.url
         self._closed = False
+        self._encoder = MetricsEncoder(strict_json)
 
     @property
     def console(self) -> bool:
@@ -1058,21 +1068,31 @@ class NullRunLogger(RunLogger):
         self._console = value
 
     def log_metrics(self, step: int, metrics: dict[str, Any]) -> None:
-        pass
+        self._check_open(f"log_metrics(step={step!r})")
+        self._encoder.encode_row(step, metrics)  # the same errors as on the writing rank
 
     def log_config(self, config: Any) -> None:
-        pass
+        self._check_open("log_config")
 
-    def log_checkpoint(self, name: str, **kwargs: Any) -> None:  # type: ignore[override]  # accepts all
-        pass
+    def log_checkpoint(  # type: ignore[override]  # the same keywords, passed through
+        self, name: str, *, batch: int | None = None, **fields: Any
+    ) -> None:
+        self._check_open(f"log_checkpoint({name!r})")
+        known = {k: fields.pop(k, None) for k in ("epoch", "final", "state_path", "sampler_path")}
+        checkpoint_record(name, batch, known, fields)
 
     def log_rollouts(self, iteration: int, groups: Any, **kwargs: Any) -> None:  # type: ignore[override]  # accepts all
-        pass
+        self._check_open(f"log_rollouts({iteration!r}, ...)")
+        artifact_name(iteration, "rollout_summaries", kwargs.get("eval_name"))
 
     def iteration(self, iteration: int, **kwargs: Any) -> Any:
+        self._check_open(f"iteration({iteration!r})")
+        artifact_name(iteration, "html")
         return contextlib.nullcontext()
 
     def evaluation(self, name: str, iteration: int, **kwargs: Any) -> Any:
+        self._check_open(f"evaluation({name!r}, {iteration!r})")
+        _check_evaluation(name, iteration)
         return contextlib.nullcontext()
 
     def flush(self, durable: bool = False) -> None:

@@ -90,6 +90,7 @@ class MetricsWriter:
         self._check_fork()
         with self._lock:
             row = self._encoder.encode_row(step, metrics)
+            written = self._encoder.last  # the values as written (converted, secrets redacted)
             if step == self._last_step:
                 self._same_step(step, self._encoder.last)
             else:
@@ -114,7 +115,7 @@ class MetricsWriter:
             if self.tap is not None:
                 self.tap(bytes(row))
         if self.console:
-            _print_row(step, metrics)
+            _print_row(step, written)
 
     def _check_fork(self) -> None:
         """In a forked child, a new lock: the parent's may have been held by another thread at the fork."""
