@@ -6,9 +6,10 @@ JSON reader (C++; :data:`_AHEAD` pieces at a time on worker threads; reads
 ``NaN``/``Infinity``/``-Infinity`` tokens and ``null``) and copies its columns into numpy
 arrays with room for the whole file, so the peak memory is the final DataFrame's plus a
 few MiB (pieces in flight; ``benchmarks/bench_frame.py``: 1.1x the DataFrame at 100k rows
-x 100 keys), and the time well under ``pandas.read_json(lines=True)``'s (~0.3x). With ``columns=`` pyarrow is given the types of the
-keys asked for (learnt from the first piece; a piece where one does not fit is parsed
-again inferring them) and skips every other key: those are never materialised.
+x 100 keys), and the time well under ``pandas.read_json(lines=True)``'s (~0.3x). With
+``columns=`` pyarrow is given the types of the keys asked for (learnt from the first
+piece; a piece where one does not fit is parsed again inferring them) and skips every
+other key: those are never materialised.
 
 It only answers when the result is certainly what the row-by-row reader gives
 (:func:`rllog._read.run._to_frame` on :class:`rllog._format.rows.StepResolver`'s kept
