@@ -27,6 +27,14 @@ class Console:
     keys: tuple[str, ...] = CONSOLE_KEYS
     name: str = "console"
 
+    def __post_init__(self) -> None:
+        keys = self.keys
+        if isinstance(keys, str) or not all(isinstance(k, str) for k in keys):
+            raise TypeError(
+                f"Console(keys=...) takes a sequence of metric names, e.g. ('loss',); got {keys!r:.80}"
+            )
+        self.keys = tuple(keys)
+
     def open(self, run: Any) -> None:
         return None
 

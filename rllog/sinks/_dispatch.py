@@ -69,6 +69,24 @@ class SinkRun:
     save_state: Callable[[str, dict[str, Any]], None] | None = None
 
 
+def _renamed(
+    row: dict[str, Any], reserved: tuple[str, ...], sink: str, warn: Callable[[str, str], None]
+) -> dict[str, Any]:
+    """``row`` with each key the tracker keeps for itself (wandb's ``_step``...) sent as
+    ``rllog/<key>`` instead, so the tracker neither drops nor overwrites it; warned once
+    per sink and key."""
+    clash = [k for k in reserved if k in row]
+    if not clash:
+        return row
+    for k in clash:
+        warn(
+            f"sinks:reserved:{sink}:{k}",
+            f"{sink} keeps the key {k!r} for itself; rllog sends your {k!r} to {sink} as 'rllog/{k}' "
+            "(metrics.jsonl keeps it as logged)",
+        )
+    return {(f"rllog/{k}" if k in clash else k): v for k, v in row.items()}
+
+
 class _Stats:
     __slots__ = ("rows", "missed_error", "seconds", "calls", "disabled", "error")
 
@@ -356,7 +374,9 @@ class Dispatcher:
             row = decode_json(payload)
             step = row.pop("step")
             for sink in self.sinks:
-                if self._call(sink, "log_metrics", step, row):
+                reserved = getattr(sink, "reserved_keys", ())
+                sent = _renamed(row, reserved, sink.name, self._warn) if reserved else row
+                if self._call(sink, "log_metrics", step, sent):
                     self._stats[sink.name].rows += 1
             if self._doctor is not None:
                 if self._last_step is not None and step <= self._last_step:

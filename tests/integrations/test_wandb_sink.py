@@ -285,3 +285,18 @@ def test_tinker_setup_logging_gives_its_wandb_project_and_name_to_the_wandb_sink
     ]
     assert (run.project, run.display_name) == ("my-proj", "exp-7")
     assert sink.project is None  # the caller's options object is left as it was
+
+
+def test_keys_wandb_keeps_for_itself_arrive_renamed_not_overwritten(offline):
+    """A row's own ``_step``/``_runtime``/``_timestamp`` would be replaced by wandb's values."""
+    run = offline / "run"
+    with RunLogger(run, report_to=_sink(), code_diff=False, index=False) as lg:
+        for i in range(3):
+            lg.log_metrics(i, {"_step": 100 + i, "_runtime": 7.5, "_timestamp": 1.0, "loss": 0.5})
+    rows = _metric_rows(_history_rows(_run_files(offline)))
+    assert [r["rllog/_step"] for r in rows] == [100, 101, 102]
+    assert [r["_step"] for r in rows] == [0, 1, 2]  # wandb's own
+    assert all(r["rllog/_runtime"] == 7.5 and r["rllog/_timestamp"] == 1.0 and r["loss"] == 0.5 for r in rows)
+    assert [r["_step"] for r in _jsonl(run / "metrics.jsonl")] == [100, 101, 102]  # the file keeps them
+    said = [w for w in lg.warnings if "keeps the key" in w]
+    assert len(said) == 3 and "'_step'" in said[0] and "rllog/_step" in said[0]

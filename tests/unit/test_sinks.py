@@ -358,3 +358,10 @@ def test_a_sink_class_instead_of_an_instance_fails_at_construction(tmp_path, cls
     with pytest.raises(TypeError, match=rf"{cls.__name__} is a class.*{cls.__name__}\(\)"):
         RunLogger(tmp_path / "r", report_to=[cls])
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("keys", ["loss", [1, 2], ("loss", None)])
+def test_console_keys_must_be_metric_names(keys):
+    with pytest.raises(TypeError, match="sequence of metric names"):
+        rllog.sinks.Console(keys=keys)
+    assert rllog.sinks.Console(keys=["loss"]).keys == ("loss",)
