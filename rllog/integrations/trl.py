@@ -249,7 +249,16 @@ class RllogCallback(_Base):  # type: ignore[misc,valid-type]  # transformers' Tr
                 )
             trajectories.append(trajs)
         eval_name = "eval" if is_eval else None
-        logger.log_rollouts(step, trajectories, eval_name=eval_name)
+        counted = None not in ob_len_G and None not in ac_len_N
+        if counted:
+            logger.log_rollouts(step, trajectories, eval_name=eval_name)
+        else:  # summaries are in tokens; the report with the text is still written
+            self._warn(
+                "token-counts",
+                f"rllog: the trainer's processing_class ({type(tok).__name__}) could not count the tokens of "
+                f"step {step}'s prompts or completions, so that step has no rollout summaries file (it and "
+                "every such step still get their report with the prompts, completions and rewards)",
+            )
         title = f"{'Eval' if is_eval else 'Train'} completions at step {step} ({n} completions, {len(groups)} prompts)"
         report = (
             logger.evaluation("eval", step, num_groups_to_log=self.num_groups_to_log, title=title)
@@ -278,7 +287,7 @@ class RllogCallback(_Base):  # type: ignore[misc,valid-type]  # transformers' Tr
                         logtree.trajectory_stats(
                             t,
                             total_reward=totals[t],
-                            steps=traj["steps"],
+                            steps=traj["steps"] if counted else None,
                             metrics=traj["trajectory_metrics"],
                         )
 

@@ -70,7 +70,7 @@ class CountingTokenizer:
         return self.tok.apply_chat_template(conversation, **kw)
 
 
-def _log_one_step(path, tok, prompts, completions):
+def _log_one_step(path, tok, prompts, completions, strict=True):
     """RllogCallback's on_log at step 1 over TRL-shaped ``_logs`` (groups of 4); the step's rollout records."""
     n = len(completions)
     trainer = SimpleNamespace(
@@ -90,7 +90,8 @@ def _log_one_step(path, tok, prompts, completions):
     args = SimpleNamespace(to_dict=lambda: {"num_generations": 4})
     state = SimpleNamespace(is_world_process_zero=True, global_step=0)
     with warnings.catch_warnings():
-        warnings.simplefilter("error", RuntimeWarning)  # a failure of the completions work warns
+        if strict:
+            warnings.simplefilter("error", RuntimeWarning)  # a failure of the completions work warns
         cb.on_train_begin(args, state, None)
         state.global_step = 1
         cb.on_log(args, state, None, logs={"loss": 0.5})
@@ -124,6 +125,25 @@ def test_token_counts_take_one_tokenizer_call_per_kind_a_step(tmp_path):
         len(ref(t, add_special_tokens=False)["input_ids"]) for t in texts[:1] + texts[2:]
     ]
     assert tok.calls == ["tokenize"] * (1 + len(texts))
+
+
+@pytest.mark.parametrize("tok", [None, "refusing"])
+def test_a_step_the_tokenizer_cannot_count_still_gets_its_report(tmp_path, tok):
+    """Without token counts there can be no rollout summaries (they are in tokens), but the
+    step's prompts, completions and rewards must not be lost with them."""
+    tok = CountingTokenizer(refuse="it is 3") if tok else None
+    prompts = [[{"role": "user", "content": "what is 1+2?"}]] * 4
+    texts = ["3", "it is 3", "three", "<img src=x onerror=alert(1)>"]
+    completions = [[{"role": "assistant", "content": t}] for t in texts]
+    path = str(tmp_path / "run")
+    with pytest.warns(RuntimeWarning, match="could not count the tokens of step 1") as caught:
+        with pytest.raises(FileNotFoundError):
+            _log_one_step(path, tok, prompts, completions, strict=False)
+    assert len([w for w in caught if "could not count" in str(w.message)]) == 1
+    html = open(os.path.join(path, "train_iteration_000001.html")).read()
+    for t in texts[:3]:
+        assert f">{t}<" in html or t in html
+    assert "&lt;img src=x onerror=alert(1)&gt;" in html and "<img src=x" not in html
 
 
 def _same(a, b):
