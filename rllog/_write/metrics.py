@@ -22,6 +22,7 @@ from typing import Any
 
 from rllog._format.codec import MetricsEncoder
 from rllog._format.layout import METRICS_FILE
+from rllog._format.terminal import escape_controls
 from rllog._format.vocab import CONSOLE_KEYS
 from rllog.errors import StorageError
 from rllog.storage import LocalStorage, Storage
@@ -252,4 +253,4 @@ def _print_row(step: int, metrics: dict[str, Any]) -> None:
         parts.extend(
             f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in list(metrics.items())[:6]
         )
-    print(" | ".join(parts), file=sys.stderr)
+    print(escape_controls(" | ".join(parts)), file=sys.stderr)  # logged text is shown, never obeyed
