@@ -179,29 +179,6 @@ def test_index_every_rewrites_index_during_the_run(tmp_path):
     lg.close()
 
 
-def test_row_columns_match_the_rows_cell_by_cell():
-    from rllog.serve._catalog import row_columns
-
-    nan, inf = float("nan"), float("inf")
-    rows = [
-        {"step": 0, "a": 1.0, "b": "text"},
-        {"step": 1, "a": nan, "b": 2},
-        {"b": 3.5, "step": 2, "a": None},  # same keys, another order
-        {"step": 3, "c": True, "a": -inf},
-        {"step": 4, "a": [1], "d": None},
-    ]
-    table = row_columns(rows)
-    cols = table["columns"]
-    assert list(cols) == ["step", "a", "b", "c", "d"]
-    assert table["numeric"] == {"step", "a", "b"}  # c only a bool, d only null
-    a, a_bad = cols["a"]
-    np.testing.assert_array_equal(a, [1.0, nan, nan, -inf, nan])
-    assert a_bad.tolist() == [False, True, False, True, False]  # null and a list are not logged NaN
-    b, b_bad = cols["b"]
-    np.testing.assert_array_equal(b, [nan, 2.0, 3.5, nan, nan])
-    assert not b_bad.any()
-
-
 def test_runs_table_answers_before_a_big_run_is_read_and_the_doctor_matches(tmp_path, monkeypatch):
     from rllog.doctor import diagnose
     from rllog.serve import _catalog
