@@ -248,3 +248,31 @@ def test_index_every_never_overlaps_detached_index_jobs(tmp_path, monkeypatch):
     while not (tmp_path / "r" / "index.html").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert (tmp_path / "r" / "index.html").exists()
+
+
+def test_a_served_run_holds_columns_not_a_dict_per_row(tmp_path):
+    """Runs table row, a chart and the doctor of a 20k-row x 50-metric run: what the server
+    keeps is ~8 bytes a cell (the columns), not the rows as dicts (~9x that)."""
+    import tracemalloc
+
+    from rllog.serve._catalog import Catalog
+
+    keys = [f"m{j}" for j in range(50)]
+    (tmp_path / "r").mkdir()
+    with open(tmp_path / "r" / "metrics.jsonl", "w") as f:
+        for s in range(20_000):
+            f.write(json.dumps({"step": s, **{k: math.sin(s + j) for j, k in enumerate(keys)}}) + "\n")
+    tracemalloc.start()
+    cat = Catalog([str(tmp_path / "r")])
+    try:
+        entry = cat.get(cat.runs()[0].id)
+        row = entry.summary()
+        s = entry.series("m3", "step", 2000, None, None, smooth=0.6)
+        entry.compute_findings()
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        cat.close()
+    assert row["rows"] == 20_000 and s["total"] == 20_000 and entry.column("m3")[7] == math.sin(10)
+    cells = 20_000 * 51 * 8
+    assert held < cells * 1.6 + 6e6, f"{held / 1e6:.0f} MB held for {cells / 1e6:.0f} MB of cells"
