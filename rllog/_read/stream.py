@@ -34,7 +34,10 @@ _KEEP_BYTES = 256
 __all__ = ["CHUNK_BYTES", "StreamedRows", "line_spans"]
 
 CHUNK_BYTES = 1 << 20
-"""Bytes read (and parsed) at a time; a longer line is read whole."""
+"""Bytes parsed at a time; a longer line is parsed whole."""
+
+READ_BYTES = 8 << 20
+"""Bytes a scan reads at a time from a bucket (one request); a local file is read a chunk at a time."""
 
 
 def _clashes(old: dict[str, Any], new: dict[str, Any], step_key: str) -> bool:
@@ -109,11 +112,14 @@ class StreamedRows:
         ``final``: also parse an unterminated last line (consumed when it is a JSON object,
         else :attr:`torn` says so); without it such a line is left for a later scan.
         """
-        storage, name = self._storage, self._name
+        name = self._name
         offset, lines = self.offset, self.lines
         chunk = CHUNK_BYTES
+        # a bucket answers each read with a request: read READ_BYTES at a time there
+        window = _Window(self._storage, name, end)
+        ahead = READ_BYTES if "://" in self._storage.url else 0
         while offset < end:
-            data = storage.read_range(name, offset, min(end, offset + chunk))
+            data = window.read(offset, min(end, offset + chunk) - offset, ahead)
             if not data:
                 break
             cut = data.rfind(b"\n") + 1
@@ -340,11 +346,17 @@ class _Window:
         self._buf = b""
         self._start = 0
 
-    def row(self, off: int, n: int) -> dict[str, Any]:
+    def read(self, off: int, n: int, window: int | None = None) -> bytes:
+        """Bytes ``[off, off + n)`` (fewer at the end), read with the ``window`` bytes after
+        them (default :data:`CHUNK_BYTES`) when they are not in the window read last."""
         start = off - self._start
         if start < 0 or start + n > len(self._buf):
-            self._buf = self._storage.read_range(self._name, off, min(self._end, off + max(n, CHUNK_BYTES)))
+            ahead = max(n, CHUNK_BYTES if window is None else window)
+            self._buf = self._storage.read_range(self._name, off, min(self._end, off + ahead))
             self._start, start = off, 0
-        row = decode_json(self._buf[start : start + n])
+        return self._buf[start : start + n]
+
+    def row(self, off: int, n: int) -> dict[str, Any]:
+        row = decode_json(self.read(off, n))
         assert type(row) is dict  # it parsed as an object when scanned
         return row

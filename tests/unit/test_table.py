@@ -201,3 +201,25 @@ def test_refresh_table_reads_only_new_bytes_and_notices_a_rewrite(tmp_path):
     metrics.write_text('{"step": 0, "loss": -1.0}\n')  # replaced by a shorter file
     assert run.refresh_table() is True
     assert run.table().column("loss").tolist() == [-1.0] and any("rewritten" in w for w in run.warnings)
+
+
+def test_a_bucket_run_is_read_in_few_requests():
+    """On a bucket each ranged read is a request: a 6 MB metrics file takes 2, not 6 (one per chunk)."""
+    import uuid
+
+    from rllog.storage import open_storage
+
+    storage = open_storage(f"memory://table-{uuid.uuid4().hex}")
+    rows = "".join(json.dumps({"step": s, "loss": s / 7, "pad": "x" * 200}) + "\n" for s in range(25_000))
+    storage.write("metrics.jsonl", rows.encode())
+    reads = []
+    real = storage.read_range
+
+    def spy(name, start, end=None):
+        reads.append((name, start, end))
+        return real(name, start, end)
+
+    storage.read_range = spy
+    table = MetricTable(storage, "metrics.jsonl", "step", storage.size("metrics.jsonl"))
+    assert table.standing == 25_000 and table.column("loss")[700] == 100.0
+    assert len(reads) <= 3, reads  # a size hint of the first MiB, then 8 MiB windows
