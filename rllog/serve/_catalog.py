@@ -28,8 +28,11 @@ from rllog.storage import Storage, open_storage
 
 __all__ = ["Catalog", "RunEntry", "downsample"]
 
-#: seconds between two re-reads of one run's new bytes (requests in between share one read)
-REFRESH_EVERY = 0.5
+#: seconds between two re-reads of one local run's new bytes (requests in between share one
+#: read; a look that finds nothing new costs a few stat calls and small reads)
+REFRESH_EVERY = 0.1
+#: ... of a bucket run (each look is a few requests)
+REFRESH_BUCKET_EVERY = 0.5
 #: a growing run's findings are recomputed at most this often (seconds; more for slow runs)
 DOCTOR_EVERY = 10.0
 #: /api/runs reads runs not read yet itself for this long (seconds), then leaves the rest to the worker
@@ -151,14 +154,17 @@ class RunEntry:
         return self.run
 
     def refresh(self) -> None:
-        """Read the run's new bytes (at most every :data:`REFRESH_EVERY` seconds; nothing before
-        it is loaded, nothing while another thread reads or diagnoses it)."""
+        """Read the run's new bytes (at most every :data:`REFRESH_EVERY` seconds, a bucket run every
+        :data:`REFRESH_BUCKET_EVERY`; nothing before it is loaded, nothing while another thread
+        reads or diagnoses it)."""
         if not self.lock.acquire(blocking=False):
             return
         with self.lock:
             self.lock.release()  # held once more by the with
             now = time.monotonic()
-            if self.run is None or now - self.checked < REFRESH_EVERY:
+            if self.run is None or now - self.checked < (
+                REFRESH_BUCKET_EVERY if self.bucket else REFRESH_EVERY
+            ):
                 return
             self.checked = now
             try:
