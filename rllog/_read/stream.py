@@ -81,6 +81,7 @@ class StreamedRows:
         self.lines = 0  # lines consumed
         self._head = b""  # the file's first bytes, and the last bytes consumed (see rewrite_reason)
         self._last = b""
+        self._open_line = False  # the last line consumed had no newline (yet): the next one ends it
         # the standing stepped rows, in step order: step, first line's number, offset, length
         self._steps = array("d")
         self._line = array("q")
@@ -114,6 +115,8 @@ class StreamedRows:
         """
         name = self._name
         offset, lines = self.offset, self.lines
+        if self._open_line and offset < end:  # the next newline ends a line already counted
+            lines -= 1
         chunk = CHUNK_BYTES
         # a bucket answers each read with a request: read READ_BYTES at a time there
         window = _Window(self._storage, name, end)
@@ -137,7 +140,7 @@ class StreamedRows:
             if complete:
                 lines += complete.count(b"\n")
                 offset += cut
-                self.offset, self.lines = offset, lines
+                self.offset, self.lines, self._open_line = offset, lines, False
                 self._last = (self._last + complete[-_KEEP_BYTES:])[-_KEEP_BYTES:]
                 self._chunk_done()
             rest = data[cut:]
@@ -147,6 +150,7 @@ class StreamedRows:
                     if last:
                         self._add(lines + 1, offset, len(rest), last[0][1])
                         self.offset, self.lines = offset + len(rest), lines + 1
+                        self._open_line = True
                         self._last = (self._last + rest[-_KEEP_BYTES:])[-_KEEP_BYTES:]
                         self._chunk_done()
                     else:

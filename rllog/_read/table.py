@@ -9,7 +9,9 @@ costs its new rows, not a re-read.
 
 Memory: 8 bytes per row for each metric that ever held a number (1 run x 100k rows x 100
 metrics: ~80 MB), ~32 bytes per row of positions, and one chunk while reading. Time: one
-msgspec parse of the file plus one numpy conversion per block of rows with the same keys.
+msgspec parse of the file; a chunk of rows that hold only numbers under known keys, with
+increasing steps (nearly all of a metrics file), is decoded into structs and converted as
+one matrix (~1.5 s of CPU for 300 MB), any other chunk row by row.
 
 The columns hold what :attr:`rllog.Run.rows` holds, cell by cell and in the same row
 order: a number (an int or a float, not a bool) as its float64 value; anything else
