@@ -160,6 +160,16 @@ class JsonlTail:
         self._head = b""  # the first bytes read, to notice a rewrite (see poll)
         self._last = b""  # the last bytes consumed (ending at offset), to notice a file cut and regrown
 
+    def seek(self, offset: int, lines: int = 0) -> None:
+        """Read from byte ``offset`` on (the start of line ``lines + 1``), as a new reader
+        would: what earlier polls read is forgotten (their last bytes and problems), so
+        the next :meth:`poll` does not take the jump for a rewritten file."""
+        self.offset, self.lines = offset, lines
+        self.problems = []
+        self.torn = None
+        self.rewritten = False
+        self._head = self._last = b""
+
     def poll(self, final: bool = False, end: int | None = None) -> list[tuple[int, dict]]:
         """New ``(line_number, object)`` rows since the last poll; ``[]`` if the file is missing.
         With ``end``, only the file's first ``end`` bytes are read (what it held at a known time).
