@@ -18,7 +18,7 @@ import msgspec
 
 from rllog._format.codec import decode_json
 
-__all__ = ["Readable", "iter_lines", "row_step", "parse_lines", "JsonlTail"]
+__all__ = ["Readable", "iter_lines", "row_step", "parse_lines", "rewrite_reason", "JsonlTail"]
 
 
 class Readable(Protocol):
@@ -98,6 +98,38 @@ def parse_lines(
 _HEAD_BYTES = 256
 
 
+def rewrite_reason(
+    storage: Readable, name: str, offset: int, size: int, head: bytes, last: bytes
+) -> str | None:
+    """Why file ``name``, read up to byte ``offset`` and now ``size`` bytes long, is not the
+    file that was read (the words of a message: ``"it shrank from"``, ``"its first bytes
+    changed at"``, ``"it was cut and grew again past"``), or None when it only grew.
+
+    ``head``: its first bytes as read; ``last``: the bytes read last, ending at ``offset``
+    (empty to skip that check, e.g. when the caller compares them itself). A file gone
+    while looking counts as changed.
+
+    Raises:
+        OSError: the storage failed.
+    """
+    if size < offset:
+        return "it shrank from"
+    if size == offset:
+        return None
+    if head and _read_or_none(storage, name, 0, len(head)) != head:
+        return "its first bytes changed at"
+    if last and _read_or_none(storage, name, offset - len(last), offset) != last:
+        return "it was cut and grew again past"
+    return None
+
+
+def _read_or_none(storage: Readable, name: str, start: int, end: int) -> bytes | None:
+    try:
+        return storage.read_range(name, start, end)
+    except FileNotFoundError:
+        return None
+
+
 class JsonlTail:
     """Reads a growing JSONL file of a :class:`Readable` (any Storage) incrementally.
 
@@ -138,14 +170,6 @@ class JsonlTail:
         self.rewritten = False
         self._head = self._last = b""
 
-    def _same_head(self) -> bool:
-        """Whether the file still starts with the bytes first read (a file that grew past the
-        old offset may still be another file: rows moved aside, then new ones appended)."""
-        try:
-            return self.storage.read_range(self.name, 0, len(self._head)) == self._head
-        except FileNotFoundError:
-            return False
-
     def poll(self, final: bool = False, end: int | None = None) -> list[tuple[int, dict]]:
         """New ``(line_number, object)`` rows since the last poll; ``[]`` if the file is missing.
         With ``end``, only the file's first ``end`` bytes are read (what it held at a known time).
@@ -163,11 +187,8 @@ class JsonlTail:
             return []
         if end is not None:
             size = min(size, end)
-        changed = None
-        if size < self.offset:
-            changed = "it shrank from"
-        elif size > self.offset and self._head and not self._same_head():
-            changed = "its first bytes changed at"
+        # the last bytes consumed are read again with the new ones below (one read less)
+        changed = rewrite_reason(self.storage, self.name, self.offset, size, self._head, b"")
         data = b""
         if changed is None and size > self.offset:
             # read the last bytes consumed again with the new ones: a file cut (rows moved
