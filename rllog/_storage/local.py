@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rllog._storage.base import check_name
-from rllog._storage.fileio import write_all
+from rllog._storage.fileio import copy_range, write_all
 from rllog.errors import StorageError
 
 __all__ = ["LocalStorage", "remove_stale_tmp"]
@@ -137,10 +137,28 @@ class LocalStorage:
         symlink (nothing is written) or the folder is not writable."""
         self.write_chunks(name, (data,))
 
-    def write_chunks(self, name: str, chunks: Iterable[bytes]) -> None:
+    def write_chunks(self, name: str, chunks: Iterable[bytes], *, keep: int = 0) -> None:
         """:meth:`write` from an iterable of byte chunks, written as they come (memory
-        bounded by one chunk). Raises as :meth:`write`, or what ``chunks`` raises, with the
-        old content kept."""
+        bounded by one chunk), after the first ``keep`` bytes of the current file (copied
+        inside the kernel, :func:`rllog._storage.fileio.copy_range`: a file cut at ``keep``
+        with other bytes after it, without the prefix passing through Python). Raises as
+        :meth:`write`, or what ``chunks`` raises, with the old content kept;
+        ``FileNotFoundError`` when ``keep > 0`` and the file is missing, ``ValueError`` when
+        it holds fewer than ``keep`` bytes."""
+        source = -1
+        if keep:
+            source = os.open(self.path(name), os.O_RDONLY | os.O_CLOEXEC)
+            size = os.fstat(source).st_size
+            if not 0 <= keep <= size:
+                os.close(source)
+                raise ValueError(f"cannot keep {keep} bytes of {self.url}/{name} ({size} bytes)")
+        try:
+            self._write_chunks(name, chunks, source, keep)
+        finally:
+            if source >= 0:
+                os.close(source)
+
+    def _write_chunks(self, name: str, chunks: Iterable[bytes], source: int, keep: int) -> None:
         dfd, leaf = self._dir_fd(name)
         tmp = f".{leaf}.{secrets.token_hex(8)}.tmp"
         try:
@@ -155,6 +173,9 @@ class LocalStorage:
                 raise self._refuse(name, exc) from exc
             try:
                 try:
+                    if keep:
+                        copy_range(source, fd, 0, keep, 0)
+                        os.lseek(fd, keep, os.SEEK_SET)
                     for data in chunks:
                         write_all(fd, data)
                     os.fsync(fd)
@@ -225,6 +246,39 @@ class LocalStorage:
         """``os.write`` ``data`` at the end of ``name``: in the OS when this returns, so a
         killed process loses nothing; a power loss may lose what was not fsynced."""
         write_all(self.append_fd(name), data)
+
+    def append_range(self, name: str, source: str, start: int, end: int) -> None:
+        """Append bytes ``[start, end)`` of the file ``source`` to ``name`` (created if
+        missing), copied inside the kernel (:func:`rllog._storage.fileio.copy_range`): no
+        byte passes through Python, so moving the tail of a long file costs a page-cache
+        copy. Like :meth:`append`: in the OS when it returns, durable after
+        ``flush(durable=True)`` (``name`` is kept open for it). The copied bytes start
+        going to disk at once (``posix_fadvise(POSIX_FADV_DONTNEED)`` starts their
+        writeback without waiting and keeps them out of the page cache), so a caller that
+        copies a long file piece by piece while it does other work finds its durable
+        flush nearly done. Never through a symlink.
+
+        Raises:
+            FileNotFoundError: ``source`` is missing.
+            ValueError: ``[start, end)`` is not inside ``source``.
+            OSError: the copy failed (``ENOSPC``...); a prefix of the range may have been appended.
+        """
+        src = os.open(self.path(source), os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            size = os.fstat(src).st_size
+            if not 0 <= start <= end <= size:
+                raise ValueError(f"cannot copy bytes [{start}, {end}) of {self.url}/{source} ({size} bytes)")
+            appending = self.append_fd(name)  # kept open: flush(durable=True) fsyncs the copy through it
+            dst = self._open_leaf(name, os.O_WRONLY)  # copy_file_range refuses an O_APPEND descriptor
+            try:
+                at = os.fstat(appending).st_size
+                copy_range(src, dst, start, end, at)
+                if hasattr(os, "posix_fadvise"):
+                    os.posix_fadvise(dst, at, end - start, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(dst)
+        finally:
+            os.close(src)
 
     def truncate(self, name: str, size: int) -> None:
         """Cut ``name`` to ``size`` bytes in place (same file, so open descriptors stay
