@@ -19,8 +19,9 @@
   counted (``f.read(8 MiB).count(b"\n")``). The runs are fresh copies for every repeat
   (in the page cache, as after a crash on the same machine); cases are interleaved, and
   the median and range of the per-repeat ratios are printed. Peak RSS added by each
-  resume (its peak above the RSS just before it: ``VmHWM`` reset through
-  ``/proc/self/clear_refs``) is measured in a subprocess on another fresh copy.
+  resume (its RSS above the RSS just before it, read from ``/proc/self/statm`` every
+  0.2 ms by a thread: the kernel's own peak misses blocks freed in between) is measured
+  in a subprocess on another fresh copy.
 
     PYTHONPATH=. python benchmarks/bench_scale.py --only resume --rows 100000 --keys 100
     PYTHONPATH=. python benchmarks/bench_scale.py --only resume --rows 1000000 --keys 100 --repeat 1  # ~1.5 GB
@@ -44,13 +45,21 @@ what, path, rows, keys = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.arg
 from rllog import RunLogger
 def rss():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-def status(key):
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(key + ":"))
-def peak_from_now():  # Linux: the peak RSS (VmHWM) restarts from the current RSS
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-    return status("VmRSS")
+class Sampler:  # the RSS read every 0.2 ms from /proc (the kernel's peak misses freed blocks)
+    def __init__(self):
+        import threading
+        self.page, self.stop, self.peak = os.sysconf("SC_PAGE_SIZE"), threading.Event(), 0
+        self.thread = threading.Thread(target=self.run, daemon=True)
+    def now(self):
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * self.page
+    def run(self):
+        while not self.stop.wait(0.0002):
+            self.peak = max(self.peak, self.now())
+    def __enter__(self):
+        self.before = self.peak = self.now(); self.thread.start(); return self
+    def __exit__(self, *exc):
+        self.stop.set(); self.thread.join(); self.peak = max(self.peak, self.now())
 names = [f"k/{i}" for i in range(keys)]
 if what in ("close", "close_noindex"):
     lg = RunLogger(path, code_diff=False, index=(what == "close"))
@@ -59,9 +68,10 @@ if what in ("close", "close_noindex"):
     before = rss(); t = time.perf_counter(); lg.close(); dt = time.perf_counter() - t
     added = rss() - before
 else:  # resume: the peak RSS it adds above the RSS just before it
-    before = peak_from_now(); t = time.perf_counter()
-    lg = RunLogger(path, code_diff=False, index=False, resume=True); dt = time.perf_counter() - t
-    added = status("VmHWM") - before
+    with Sampler() as sampled:
+        t = time.perf_counter()
+        lg = RunLogger(path, code_diff=False, index=False, resume=True); dt = time.perf_counter() - t
+    added = sampled.peak - sampled.before
     lg.close()
 print(json.dumps({"seconds": dt, "rss_added": added}))
 """
@@ -70,8 +80,11 @@ RESUME_CASES = ("foreign_keep", "foreign_half", "rllog_keep", "rllog_half")
 
 
 def child(what: str, path: str, rows: int, keys: int) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-c", CHILD, what, path, str(rows), str(keys)], capture_output=True, check=True
+    out = subprocess.run(  # run from the run's folder: ``-c`` puts the working folder first on sys.path
+        [sys.executable, "-c", CHILD, what, path, str(rows), str(keys)],
+        capture_output=True,
+        check=True,
+        cwd=os.path.dirname(path),
     )
     return json.loads(out.stdout.decode().strip().splitlines()[-1])
 

@@ -15,7 +15,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterator
-from itertools import accumulate
+from itertools import accumulate, chain
 from operator import sub
 from typing import Any
 
@@ -173,6 +173,8 @@ _LOCAL_CHUNK = 1 << 20
 #: bytes of moved rows copied at once (locally), while the scan goes on: their writeback
 #: overlaps the scan, so the fsync before the cut finds them mostly on disk
 _COPY_PIECE = 8 << 20
+#: bytes of moved rows staged for a bucket before they are uploaded (memory while moving)
+_STAGED_MOVE = 16 << 20
 #: what a line is when it has no position: blank; not JSON; JSON but not an object.
 #: Blank lines are dropped where rows are rewritten; the other two stay in place and are named.
 _BLANK, _NOT_JSON, _NOT_OBJECT = object(), object(), object()
@@ -332,61 +334,97 @@ def damaged_lines(storage: Storage, name: str) -> list[str]:
     return problems
 
 
-class _Mover:
-    """Appends the moved rows to metrics.superseded.jsonl as the scan finds them, in file
-    order: locally byte ranges copied inside the kernel
-    (:meth:`rllog.storage.LocalStorage.append_range`), adjacent ranges joined; elsewhere
-    the bytes, appended once per block."""
+class _Pieces:
+    """The moved rows, as pieces of metrics.superseded.jsonl in file order: locally
+    ``(metrics file, start, end)`` ranges (adjacent ones joined, at most
+    :data:`_COPY_PIECE` bytes) that :meth:`rllog.storage.LocalStorage.write_chunks`
+    copies inside the kernel; elsewhere the bytes, one piece per block."""
 
     def __init__(self, storage: Storage, size: int, ends_in_newline: bool) -> None:
-        self.storage = storage
-        inner, real = _holder(storage, METRICS_FILE)
-        self.local = inner if isinstance(inner, LocalStorage) else None
-        self.source, self.target = real, _holder(storage, SUPERSEDED_FILE)[1]
+        inner, self.source = _holder(storage, METRICS_FILE)
+        self.local = isinstance(inner, LocalStorage)
         self.size, self.ends_in_newline = size, ends_in_newline
-        self.start = self.end = 0  # the range not copied yet (local)
-        self.chunks: list[bytes] = []  # the bytes not appended yet (elsewhere)
+        self.start = self.end = 0  # the range not handed out yet (local)
+        self.chunks: list[bytes] = []  # the bytes of this block (elsewhere)
+        self.ready: list[bytes | tuple[str, int, int]] = []
 
     def add(self, buf: bytes | bytearray, a: int, b: int, offset: int) -> None:
         """Move bytes ``[a, b)`` of ``buf``, which are bytes ``[offset + a, offset + b)`` of the file."""
-        if self.local is None:
+        if not self.local:
             self.chunks.append(bytes(buf[a:b]))
             return
         if self.end != offset + a:
-            self._copy()
+            self._range()
             self.start = offset + a
         self.end = offset + b
-        if self.end - self.start >= _COPY_PIECE:  # copied (and its writeback started) while the scan goes on
-            self._copy()
+        if self.end - self.start >= _COPY_PIECE:  # copied (its writeback started) while the scan goes on
+            self._range()
 
-    def _copy(self) -> None:
-        if self.local is not None and self.end > self.start:
-            self.local.append_range(self.target, self.source, self.start, self.end)
+    def _range(self) -> None:
+        if self.end > self.start:
+            self.ready.append((self.source, self.start, self.end))
             if self.end == self.size and not self.ends_in_newline:
-                self.local.append(self.target, b"\n")
+                self.ready.append(b"\n")
             self.start = self.end
 
-    def block_done(self) -> None:
+    def take(self, last: bool = False) -> list[bytes | tuple[str, int, int]]:
+        """The pieces complete after a block (``last``: after the last one)."""
+        if last:
+            self._range()
         if self.chunks:
             data = b"".join(self.chunks)
             self.chunks = []
-            self.storage.append(SUPERSEDED_FILE, data if data.endswith(b"\n") else data + b"\n")
+            self.ready.append(data if data.endswith(b"\n") else data + b"\n")
+        ready, self.ready = self.ready, []
+        return ready
 
-    def finish(self) -> None:
-        self._copy()
-        self.block_done()
+
+def _move(storage: Storage, pieces: Iterator[bytes | tuple[str, int, int]]) -> None:
+    """Add the moved rows (:func:`_scan`'s pieces) to metrics.superseded.jsonl while the
+    scan runs. Locally the file is rewritten whole, its old content and the new rows
+    copied inside the kernel into a temp file that replaces it (fsynced, ``os.replace``),
+    so a crash leaves it as it was or with every new row, never with part of a row.
+    Elsewhere the pieces are appended (staged whole: an upload never tears one) and
+    uploaded every :data:`_STAGED_MOVE` bytes, so memory holds at most that much of them.
+    Nothing is written when nothing moves."""
+    first = next(pieces, None)
+    if first is None:
+        return
+    inner, target = _holder(storage, SUPERSEDED_FILE)
+    if isinstance(inner, LocalStorage):
+        try:
+            old = inner.size(target)
+        except FileNotFoundError:
+            old = 0
+        head: list[bytes | tuple[str, int, int]] = [(target, 0, old)] if old else []
+        inner.write_chunks(target, chain(head, [first], pieces))
+        return
+    staged = 0
+    for piece in chain([first], pieces):
+        assert isinstance(piece, bytes)
+        storage.append(SUPERSEDED_FILE, piece)
+        staged += len(piece)
+        if staged >= _STAGED_MOVE:  # a bucket stages appends in memory until they are uploaded
+            storage.flush(durable=True)
+            staged = 0
 
 
 class _Scan:
     """What one pass over metrics.jsonl found (see :func:`supersede`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, hold_kept: bool = False) -> None:
         self.lines = 0
         self.damaged: list[str] = []
         self.last: int | float | None = None  # the highest position below the point
         self.stride: int | float = 1  # the largest step up between rows below the point
         self.first_moved: int | None = None  # byte offset of the first moved row
         self.moved = self.kept = self.kept_after = 0  # rows; kept_after: kept rows after first_moved
+        #: the kept rows after the first moved one, when asked to hold them (buckets: the cut adds them)
+        self.kept_lines: list[bytes] | None = [] if hold_kept else None
+
+    def keep(self, line: bytes) -> None:
+        if self.kept_lines is not None:
+            self.kept_lines.append(line if line.endswith(b"\n") else line + b"\n")
 
     def below(self, positions: list[int | float]) -> None:
         """Fold in the positions (numbers, in file order) of rows below the point."""
@@ -447,14 +485,16 @@ class _Scan:
             pos = j + 1
 
 
-def _scan_and_move(storage: Storage, size: int, point: int | None, start: int = 0) -> _Scan:
-    """The one pass of :func:`supersede` over bytes ``[start, size)``: positions of
-    every line, damage, the rows below the point, and the rows at or past it appended
-    to metrics.superseded.jsonl."""
-    scan = _Scan()
-    mover = None
+def _scan(
+    scan: _Scan, storage: Storage, size: int, point: int | None, start: int = 0
+) -> Iterator[bytes | tuple[str, int, int]]:
+    """The one pass of :func:`supersede` over bytes ``[start, size)`` of metrics.jsonl:
+    fills ``scan`` (positions of every line, damage, the rows below the point, the first
+    moved row, the kept rows after it) and yields the rows at or past the point as
+    :class:`_Pieces`, as it meets them."""
+    pieces = None
     if point is not None and size > start:
-        mover = _Mover(storage, size, storage.read_range(METRICS_FILE, size - 1, size) == b"\n")
+        pieces = _Pieces(storage, size, storage.read_range(METRICS_FILE, size - 1, size) == b"\n")
     for buf, n, offset in _blocks(storage, METRICS_FILE, size, start):
         positions, mixed = _block_positions(buf, n)
         scan.damage(buf, n, positions, mixed, scan.lines + 1 if not start else None, offset)
@@ -467,19 +507,19 @@ def _scan_and_move(storage: Storage, size: int, point: int | None, start: int = 
             if scan.first_moved is None:
                 scan.kept += len(numbers) if not mixed else sum(p is not _BLANK for p in positions)
             else:
-                _tally(scan, positions, point)
+                _tally(scan, buf, n, positions)
             continue
-        assert mover is not None
+        assert pieces is not None
         if not mixed and min(numbers) >= point:  # the whole block moves (the usual tail): no walk
             if scan.first_moved is None:
                 scan.first_moved = offset
             scan.moved += len(numbers)
-            mover.add(buf, 0, n, offset)
-            mover.block_done()
+            pieces.add(buf, 0, n, offset)
+            yield from pieces.take()
             continue
         scan.below([p for p in numbers if p < point])
         pos = 0
-        run = -1  # start of the moved lines not handed to the mover yet
+        run = -1  # start of the moved lines not handed out yet
         run_end = 0
         for p in positions:
             j = buf.find(b"\n", pos, n)
@@ -495,25 +535,37 @@ def _scan_and_move(storage: Storage, size: int, point: int | None, start: int = 
                 scan.moved += 1
             else:
                 if run >= 0:
-                    mover.add(buf, run, run_end, offset)
+                    pieces.add(buf, run, run_end, offset)
                     run = -1
                 scan.kept += 1
                 if scan.first_moved is not None:
                     scan.kept_after += 1
+                    scan.keep(bytes(buf[pos:nl]))
             pos = nl
         if run >= 0:
-            mover.add(buf, run, run_end, offset)
-        mover.block_done()
-    if mover is not None:
-        mover.finish()
-    return scan
+            pieces.add(buf, run, run_end, offset)
+        yield from pieces.take()
+    if pieces is not None:
+        yield from pieces.take(last=True)
 
 
-def _tally(scan: _Scan, positions: list[Any], point: int | None) -> None:
-    """Count a block's rows (none moves) after the first moved row."""
+def _tally(scan: _Scan, buf: bytes | bytearray, n: int, positions: list[Any]) -> None:
+    """Count (and hold, when asked) a block's rows, none of which moves, after the first moved row."""
     kept = sum(p is not _BLANK for p in positions)
     scan.kept += kept
     scan.kept_after += kept
+    if scan.kept_lines is None:
+        return
+    if kept == len(positions):
+        scan.keep(bytes(buf[:n]))
+        return
+    pos = 0
+    for p in positions:
+        j = buf.find(b"\n", pos, n)
+        nl = n if j < 0 else j + 1
+        if p is not _BLANK:
+            scan.keep(bytes(buf[pos:nl]))
+        pos = nl
 
 
 def _kept_after(storage: Storage, size: int, start: int, point: int) -> Iterator[bytes]:
@@ -563,8 +615,10 @@ def supersede(
     file, and each row costs two C searches and an int (:func:`_block_positions`): no
     row is decoded, so damage inside a row whose frame is intact (``{`` ... ``}``, its
     position readable) is left to the readers' full check (``rllog doctor``); lines that
-    are not framed objects or not UTF-8 are named. Moved rows are appended as the scan
-    meets them (locally copied inside the kernel, never through Python). Then:
+    are not framed objects or not UTF-8 are named. Moved rows go to
+    metrics.superseded.jsonl as the scan meets them (:func:`_move`: locally copied inside
+    the kernel into a new copy of that file, their writeback overlapping the scan; on a
+    bucket staged as appends). Then:
 
     - moved rows are the file's tail (the usual case: steps grow): the file is cut at
       the first of them, in place locally; on a bucket by the storage's ``cut`` (S3:
@@ -572,13 +626,17 @@ def supersede(
     - rows to keep come after rows to move: locally the file is rewritten through a
       temp file (the prefix before the first moved row copied inside the kernel, then
       the kept rows after it, streamed; ``os.replace``); on a bucket the storage's
-      ``cut`` keeps the prefix and adds the kept rows after it (held in memory).
+      ``cut`` keeps the prefix and adds the kept rows after it (held in memory from
+      the pass: usually a few late evaluation rows; a run restarted without resume and
+      then resumed from before the restart holds the restarted rows).
 
-    Crash safety: the moved rows are durable (fsync / uploaded) before anything is cut,
-    and the cut is atomic (an in-place truncate at a line boundary, an ``os.replace``, or
-    one object write), so a crash at any instant leaves every row in metrics.jsonl or
-    metrics.superseded.jsonl (possibly in both: the next resume moves them again) and
-    no torn line. Blank lines among moved rows are dropped or moved; lines that are not
+    Crash safety: metrics.superseded.jsonl gets every moved row or none (locally an
+    ``os.replace`` of its fsynced new copy; on a bucket whole staged appends), the moved
+    rows are durable (fsync / uploaded) before anything is cut, and the cut is atomic
+    (an in-place truncate at a line boundary, an ``os.replace``, or one object write),
+    so a crash at any instant leaves every row in metrics.jsonl or
+    metrics.superseded.jsonl (possibly in both: the next resume moves them again), no
+    torn line, and at most a temp file that the next open removes. Blank lines among moved rows are dropped or moved; lines that are not
     JSON stay in place.
     """
     try:
@@ -586,7 +644,9 @@ def supersede(
     except FileNotFoundError:
         size = 0
     start, held = _resume_from(storage, size, record) if point is not None else (0, None)
-    scan = _scan_and_move(storage, size, point, start)
+    inner, real = _holder(storage, METRICS_FILE)
+    scan = _Scan(hold_kept=not isinstance(inner, LocalStorage))
+    _move(storage, _scan(scan, storage, size, point, start))
     if scan.damaged:
         more = f"; and {len(scan.damaged) - 3} more" if len(scan.damaged) > 3 else ""
         note(
@@ -602,14 +662,14 @@ def supersede(
     if scan.first_moved is None:
         return
     storage.flush(durable=True)  # moved rows are safe before any is cut
-    inner, real = _holder(storage, METRICS_FILE)
     if not scan.kept_after:
         storage.truncate(METRICS_FILE, scan.first_moved)
     elif isinstance(inner, LocalStorage):
-        inner.write_chunks(real, _kept_after(storage, size, scan.first_moved, point), keep=scan.first_moved)
+        inner.write_chunks(
+            real, chain([(real, 0, scan.first_moved)], _kept_after(storage, size, scan.first_moved, point))
+        )
     elif callable(getattr(inner, "cut", None)):
-        kept = b"".join(_kept_after(storage, size, scan.first_moved, point))
-        inner.cut(real, scan.first_moved, kept)  # type: ignore[attr-defined]
+        inner.cut(real, scan.first_moved, b"".join(scan.kept_lines or ()))  # type: ignore[attr-defined]
     else:
         storage.write(METRICS_FILE, b"".join(_kept_after(storage, size, 0, point)))
     before = (
