@@ -143,6 +143,16 @@ class JsonlTail:
         self._head = b""  # the first bytes read, to notice a rewrite (see poll)
         self._last = b""  # the last bytes consumed (ending at offset), to notice a file cut and regrown
 
+    def seek(self, offset: int, lines: int = 0) -> None:
+        """Read from byte ``offset`` on (the start of line ``lines + 1``), as a new reader
+        would: what earlier polls read is forgotten (their last bytes and problems), so
+        the next :meth:`poll` does not take the jump for a rewritten file."""
+        self.offset, self.lines = offset, lines
+        self.problems = []
+        self.torn = None
+        self.rewritten = False
+        self._head = self._last = b""
+
     def _same_head(self) -> bool:
         """Whether the file still starts with the bytes first read (a file that grew past the
         old offset may still be another file: rows moved aside, then new ones appended)."""

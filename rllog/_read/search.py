@@ -20,7 +20,7 @@ from typing import Any
 
 from rllog._format.codec import decode_json
 from rllog._format.layout import parse_iteration_file
-from rllog._read.rollouts import decode_rollout_summaries
+from rllog._read.rollouts import decode_readable_records, decode_rollout_summaries
 from rllog.storage import Storage
 
 __all__ = ["compile_pattern", "search_run"]
@@ -110,7 +110,12 @@ def _hit(m: re.Match[str], text: str, context: int, **where: Any) -> dict[str, A
 
 
 def search_run(
-    storage: Storage, pattern: re.Pattern[str], *, limit: int = 200, context: int = 60
+    storage: Storage,
+    pattern: re.Pattern[str],
+    *,
+    limit: int = 200,
+    context: int = 60,
+    problems: list[str] | None = None,
 ) -> tuple[list[dict[str, Any]], int]:
     """Hits of ``pattern`` in the rollout summaries and logtrees of the run in ``storage``.
 
@@ -121,8 +126,11 @@ def search_run(
     for this split, None if it has none). ``kind`` is ``"rollout"`` (also ``"traj"``,
     ``"step"``; ``split`` as the record says) or ``"logtree"`` (``group``: the enclosing
     :func:`rllog.logtree.group`, None outside one; ``split``: ``"train"`` or
-    ``"eval/<name>"``). A damaged file is skipped.
+    ``"eval/<name>"``). A damaged logtree file is skipped, and so is each damaged line of a
+    rollout summaries file (its other lines are searched); ``problems``, when given, gets
+    one message per file or line skipped.
     """
+    said = problems if problems is not None else []
     hits: list[dict[str, Any]] = []
     arts = [a for a in map(parse_iteration_file, storage.list()) if a is not None]
     reports = {(a.iteration, a.eval_name): a.name for a in arts if a.kind == "html"}
@@ -141,7 +149,8 @@ def search_run(
         if is_logtree:
             try:
                 doc = decode_json(storage.read(name))
-            except (OSError, ValueError):
+            except (OSError, ValueError) as exc:
+                said.append(f"{name}: not searched ({type(exc).__name__}: {exc})")
                 continue
             split = f"eval/{eval_name}" if eval_name else "train"
             for group, field, text in _logtree_texts(doc.get("root") if isinstance(doc, dict) else None):
@@ -155,9 +164,15 @@ def search_run(
                     return hits, n_files
             continue
         try:
-            records = decode_rollout_summaries(storage.read(name), name)
-        except (OSError, ValueError):
+            data = storage.read(name)
+        except OSError as exc:
+            said.append(f"{name}: not searched ({type(exc).__name__}: {exc})")
             continue
+        try:
+            records = decode_rollout_summaries(data, name)
+        except ValueError:  # a damaged line: search the others
+            records, skipped = decode_readable_records(data, name)
+            said.extend(skipped)
         for rec in records:
             for step in rec.steps:
                 for field, text in _strings(step.logs, ""):

@@ -23,6 +23,7 @@ from typing import Any
 from rllog._format.codec import MetricsEncoder
 from rllog._format.jsonl import TAIL_WINDOW, last_line_crc
 from rllog._format.layout import METRICS_FILE
+from rllog._format.terminal import escape_controls
 from rllog._format.vocab import CONSOLE_KEYS
 from rllog.errors import StorageError
 from rllog.storage import LocalStorage, Storage
@@ -105,6 +106,7 @@ class MetricsWriter:
         self._check_fork()
         with self._lock:
             row = self._encoder.encode_row(step, metrics)
+            written = self._encoder.last  # the values as written (converted, secrets redacted)
             if step == self._last_step:
                 self._same_step(step, self._encoder.last)
             else:
@@ -131,7 +133,7 @@ class MetricsWriter:
             if self.tap is not None:
                 self.tap(bytes(row))
         if self.console:
-            _print_row(step, metrics)
+            _print_row(step, written)
 
     def _check_fork(self) -> None:
         """In a forked child, a new lock: the parent's may have been held by another thread at the fork."""
@@ -296,4 +298,4 @@ def _print_row(step: int, metrics: dict[str, Any]) -> None:
         parts.extend(
             f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in list(metrics.items())[:6]
         )
-    print(" | ".join(parts), file=sys.stderr)
+    print(escape_controls(" | ".join(parts)), file=sys.stderr)  # logged text is shown, never obeyed

@@ -604,6 +604,42 @@ def test_only_rank_zero_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         monkeypatch.delenv(var)
 
 
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        (lambda lg: lg.log_metrics(-1, {"a": 1}), ValueError),
+        (lambda lg: lg.log_metrics(0, {1: 1.0}), TypeError),
+        (lambda lg: lg.log_metrics(0, {"step": 1}), ValueError),
+        (lambda lg: lg.log_metrics(0, {"a": [1, 2]}), TypeError),
+        (lambda lg: lg.log_checkpoint("c", batch=-1), ValueError),
+        (lambda lg: lg.log_checkpoint(None, batch=1), TypeError),
+        (lambda lg: lg.iteration(-1), ValueError),
+        (lambda lg: lg.iteration("3"), TypeError),
+        (lambda lg: lg.evaluation(None, 1), TypeError),
+        (lambda lg: lg.evaluation("math", -1), ValueError),
+        (lambda lg: lg.log_rollouts(-1, []), ValueError),
+    ],
+)
+def test_a_non_writing_rank_raises_what_rank_zero_raises(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call, error
+) -> None:
+    """A bug in the loop must not show only on rank 0 (or only on a 1-GPU debug run)."""
+    writer = RunLogger(tmp_path / "r0", code_diff=False, index=False)
+    monkeypatch.setenv("RANK", "1")
+    null = RunLogger(tmp_path / "r1", code_diff=False)
+    assert not null.is_writer
+    with pytest.raises(error) as at_writer:
+        call(writer)
+    with pytest.raises(error) as at_null:
+        call(null)
+    assert str(at_null.value) == str(at_writer.value)
+    writer.close()
+    null.close()
+    with pytest.raises(RuntimeError, match="closed RunLogger"):
+        null.log_metrics(1, {"a": 1.0})
+    assert not (tmp_path / "r1").exists()
+
+
 def test_writing_an_iteration_twice_warns_once(tmp_path: Path) -> None:
     groups = [[{"steps": [{"reward": 1.0, "ob_len": 1, "ac_len": 1}]}]]
     with RunLogger(tmp_path, code_diff=False) as logger:

@@ -101,3 +101,27 @@ def test_serve_search_returns_logtree_hits_with_their_report(tmp_path):
     # the report the page links to is served
     report = client.get(f"/api/runs/{hit['run']}/files/{hit['report']}")
     assert report.status_code == 200 and "a needle says 4" in report.text
+
+
+def test_grep_searches_the_good_lines_of_a_damaged_file_and_says_what_it_skipped(tmp_path):
+    # one damaged line in a rollout summaries file (or a damaged logtree) made grep skip the
+    # whole file without a word: its hits were lost and "no match" looked like an answer
+    run = tmp_path / "r"
+    traj = {"steps": [{"ob_len": 1, "ac_len": 1, "reward": 1.0, "logs": {"answer": "the needle"}}]}
+    with RunLogger(run, code_diff=False, index=False) as lg:
+        lg.log_metrics(0, {"loss": 1.0})
+        lg.log_rollouts(0, [[traj, traj]])
+        with lg.iteration(1):
+            logtree.text("a needle in the trace")
+    summaries = run / "train_iteration_000000_rollout_summaries.jsonl"
+    first, second = summaries.read_bytes().splitlines(keepends=True)
+    summaries.write_bytes(first + b"\xff\xfe not a record\n" + second)
+    (run / "train_iteration_000001_logtree.json").write_text("{not json")
+    result = CliRunner().invoke(main, ["grep", "needle", str(run)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == [
+        "train_iteration_000000_rollout_summaries.jsonl:group 0:traj 0:answer: the needle",
+        "train_iteration_000000_rollout_summaries.jsonl:group 0:traj 1:answer: the needle",
+    ]
+    assert "warning: train_iteration_000000_rollout_summaries.jsonl line 2:" in result.stderr
+    assert "warning: train_iteration_000001_logtree.json: not searched" in result.stderr
