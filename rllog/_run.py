@@ -42,7 +42,7 @@ from rllog._format.layout import (
     artifact_name,
     check_layout,
 )
-from rllog._format.records import ResumeState
+from rllog._format.records import METRICS_AT_KEY, ResumeState
 from rllog._storage.local import remove_stale_tmp
 from rllog._storage.staged import run_at_exit
 from rllog._write.checkpoints import CheckpointCommitter, checkpoint_record, read_checkpoints
@@ -50,7 +50,7 @@ from rllog._write.metrics import MetricsWriter
 from rllog._write.noclobber import NoClobberStorage
 from rllog._write.notes import Notes
 from rllog._write.rank import RankStorage, process_rank
-from rllog._write.resume import lock_run, missing_rows, repair_torn_tail, supersede, timestamped, unlock_run
+from rllog._write.resume import lock_run, repair_torn_tail, supersede, timestamped, unlock_run
 from rllog._write.rollouts import RolloutFiles, encode_rollouts
 from rllog._write.timing import Timings
 from rllog.errors import StorageError
@@ -246,7 +246,9 @@ class RunLogger:
                 raise
             self._status_started()
         warn = self._notes.warn_once
-        self._metrics = MetricsWriter(self.storage, strict_json=strict_json, console=console, warn=warn)
+        self._metrics = MetricsWriter(
+            self.storage, strict_json=strict_json, console=console, warn=warn, size=self._metrics_size()
+        )
         self._timings = Timings(timing_spans)
         self._sink_timeout = sink_timeout
         self._sinks: Any = None
@@ -342,6 +344,21 @@ class RunLogger:
                 "Pass resume=True to continue from the last checkpoint instead."
             )
 
+    def _metrics_size(self) -> int | None:
+        """(storages without a local descriptor) metrics.jsonl's size at open, so checkpoint
+        records can say where it stood (``metrics_at``); None when it cannot be read
+        (unreachable at open, a worker logger that shares the file with its writer)."""
+        if isinstance(self.storage, LocalStorage) or self._worker:
+            return None
+        if getattr(self.storage, "outage_at_open", None) is not None:
+            return None
+        try:
+            return self.storage.size(METRICS_FILE)
+        except FileNotFoundError:
+            return 0
+        except OSError:
+            return None
+
     def _remove_stale_tmp(self) -> None:
         """Delete temp files that writes of killed processes left in a local run folder."""
         if isinstance(self.storage, LocalStorage) and self.storage.root.is_dir():
@@ -359,24 +376,20 @@ class RunLogger:
         from rllog._write.resume import damaged_lines
         from rllog._write.resume_point import choose_record, move_reports_aside, resume_point
 
-        for name in (METRICS_FILE, CHECKPOINTS_FILE):
-            damaged = damaged_lines(storage, name)
-            if damaged:
-                more = f"; and {len(damaged) - 3} more" if len(damaged) > 3 else ""
-                self._notes.note(
-                    f"{storage.url}/{name} has {len(damaged)} damaged line(s) that every reader skips "
-                    f"(the rows on them are lost to readers): {'; '.join(damaged[:3])}{more}"
-                )
+        damaged = damaged_lines(storage, CHECKPOINTS_FILE)  # metrics.jsonl's: in supersede's one pass
+        if damaged:
+            more = f"; and {len(damaged) - 3} more" if len(damaged) > 3 else ""
+            self._notes.note(
+                f"{storage.url}/{CHECKPOINTS_FILE} has {len(damaged)} damaged line(s) that every reader skips "
+                f"(the rows on them are lost to readers): {'; '.join(damaged[:3])}{more}"
+            )
         records = read_checkpoints(storage, self.warnings)
         rec = choose_record(records, self.resume_key, self.resume_require, self._notes.note)
         if rec is not None:
             self.resume_state = ResumeState.from_record(rec, self.resume_key)
         point = self._resume_point = resume_point(storage, rec, self.resume_key, self._notes.note)
+        supersede(storage, point, self._notes.note, rec)  # one pass: damage, the gap check, moving rows
         if point is not None:
-            gap = missing_rows(storage, point, rec) if rec is not None else None
-            if gap is not None:
-                self._notes.note(gap)
-            supersede(storage, point, self._notes.note)
             move_reports_aside(storage, point, self._notes.note)
 
     def _write_code_diff(self) -> None:
@@ -511,9 +524,14 @@ class RunLogger:
         if epoch is not None and last_logged is not None and "last_logged_step" not in record:
             # ``batch`` counts within the epoch: the last position logged says where a resume starts
             record["last_logged_step"] = last_logged
+        shown = dict(record)  # what the trackers get: the record without rllog's bookkeeping
+        at = self._metrics.file_position()
+        if at is not None and METRICS_AT_KEY not in record:
+            # rows after this point were logged after the checkpoint: a resume reads only them
+            record[METRICS_AT_KEY] = {"bytes": at[0], "last_line_crc32": at[1]}
         self._checkpoints.add(record)
         if self._sinks is not None:
-            self._sinks.put("log_checkpoint", dict(record))
+            self._sinks.put("log_checkpoint", shown)
 
     # -- logtree reports (rllog.logtree) ---------------------------------------------
 

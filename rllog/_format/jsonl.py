@@ -11,6 +11,7 @@ accepted (:func:`rllog._format.codec.decode_json`).
 from __future__ import annotations
 
 import re
+import zlib
 from collections.abc import Iterator
 from typing import Any, Protocol
 
@@ -18,7 +19,16 @@ import msgspec
 
 from rllog._format.codec import decode_json
 
-__all__ = ["Readable", "iter_lines", "row_step", "parse_lines", "rewrite_reason", "JsonlTail"]
+__all__ = [
+    "Readable",
+    "iter_lines",
+    "row_step",
+    "parse_lines",
+    "rewrite_reason",
+    "JsonlTail",
+    "TAIL_WINDOW",
+    "last_line_crc",
+]
 
 
 class Readable(Protocol):
@@ -54,6 +64,20 @@ def row_step(line: bytes) -> Any:
 
 
 _decode_fast = msgspec.json.decode
+
+#: bytes before a point of a file that :func:`last_line_crc` looks at (the last line, at most this minus one)
+TAIL_WINDOW = 4097
+
+
+def last_line_crc(tail: bytes) -> int | None:
+    """CRC-32 of the last line of ``tail`` (the bytes before a point of a JSONL file, at
+    least its last :data:`TAIL_WINDOW`), without its newline and at most its last
+    ``TAIL_WINDOW - 1`` bytes: a fingerprint of where a file stood (checkpoint records'
+    ``metrics_at``). None when ``tail`` does not end with a newline (not a line boundary)."""
+    if not tail.endswith(b"\n"):
+        return None
+    line = tail[-TAIL_WINDOW:-1]
+    return zlib.crc32(line[line.rfind(b"\n") + 1 :])
 
 
 def parse_lines(

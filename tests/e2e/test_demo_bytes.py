@@ -6,7 +6,9 @@ through :func:`_demo_norm.normalise`. A deliberate format change regenerates it 
 so in the README and docs/FORMATS.md. Changes since 0.1.0: every iteration report page
 carries a Content-Security-Policy meta element (issue 13), and its text elements carry the
 anchor ids search hits link to (issue 12, docs/FORMATS.md "Anchors in the HTML report");
-no other byte of any file moved.
+every checkpoint record rllog writes ends with ``metrics_at`` (where metrics.jsonl stood,
+issue 15), which :func:`_demo_norm.normalise` takes out (its byte count moves with the
+wall-clock values in the rows); no other byte of any file moved.
 """
 
 from __future__ import annotations
