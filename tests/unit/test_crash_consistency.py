@@ -179,8 +179,8 @@ def test_stale_tmp_files_of_killed_writers_are_removed_at_open(tmp_path):
 
 def test_the_temp_file_of_a_writer_killed_mid_write_is_removed_at_open(tmp_path):
     """A real leftover, not a made-up name: a child killed inside ``LocalStorage.write``
-    leaves its temp file, and the next open removes it (before, the temp name held no pid
-    and no leftover was ever recognised)."""
+    leaves its temp file, and the next open removes it (the name must carry the pid that
+    remove_stale_tmp reads)."""
     run = tmp_path / "run"
 
     def chunks():
