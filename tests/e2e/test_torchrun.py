@@ -79,11 +79,12 @@ def test_all_ranks_write_their_own_rank_tagged_files_of_one_run(tmp_path):
         ]
         assert r.config == {"rank": rank}
         (ckpt,) = r.checkpoints
-        at = ckpt.pop("metrics_at")  # where the rank's own metrics file stood: all 4 rows (the copy's too)
+        at = ckpt.pop("metrics_at")
         assert ckpt == {"name": "000003", "batch": 3}
-        assert at["bytes"] == len(
-            b"".join(json.dumps(x, separators=(",", ":")).encode() + b"\n" for x in r.rows)
-        )
+        # where the rank's own file stood: after the logger's 3 rows (the pickled copy's row
+        # may reach the file before or after the record)
+        lines = [json.dumps(x, separators=(",", ":")).encode() + b"\n" for x in r.rows]
+        assert at["bytes"] in (len(b"".join(lines[:3])), len(b"".join(lines)))
     # every rank's rollout summaries of an iteration are kept, rank-tagged (no race)
     for step in range(3):
         for rank in range(3):
