@@ -183,6 +183,7 @@ class JsonlTail:
         self.rewritten = False
         self._head = b""  # the first bytes read, to notice a rewrite (see poll)
         self._last = b""  # the last bytes consumed (ending at offset), to notice a file cut and regrown
+        self._open = False  # the last line consumed had no newline yet: the next "\n" ends it
 
     def seek(self, offset: int, lines: int = 0) -> None:
         """Read from byte ``offset`` on (the start of line ``lines + 1``), as a new reader
@@ -193,6 +194,7 @@ class JsonlTail:
         self.torn = None
         self.rewritten = False
         self._head = self._last = b""
+        self._open = False
 
     def poll(self, final: bool = False, end: int | None = None) -> list[tuple[int, dict]]:
         """New ``(line_number, object)`` rows since the last poll; ``[]`` if the file is missing.
@@ -228,6 +230,7 @@ class JsonlTail:
             )
             self.offset = self.lines = 0
             self._head = self._last = b""
+            self._open = False
             self.rewritten = True
             data = b""
         self.torn = None
@@ -239,12 +242,15 @@ class JsonlTail:
             self._head = data[:_HEAD_BYTES]
         end = data.rfind(b"\n") + 1
         complete, rest = data[:end], data[end:]
-        rows, problems = parse_lines(complete, self.name, self.lines + 1)
+        first, newlines = self.lines + 1, complete.count(b"\n")
+        if self._open and end:  # the first newline ends the line already counted
+            first, newlines, self._open = first - 1, newlines - 1, False
+        rows, problems = parse_lines(complete, self.name, first)
         self.problems += problems
         if end:
             self._last = (self._last + complete[-_HEAD_BYTES:])[-_HEAD_BYTES:]
         self.offset += end
-        self.lines += complete.count(b"\n")
+        self.lines += newlines
         if rest and final and rest.strip():
             last, _ = parse_lines(rest, self.name, self.lines + 1)
             if last:
@@ -252,6 +258,7 @@ class JsonlTail:
                 self._last = (self._last + rest[-_HEAD_BYTES:])[-_HEAD_BYTES:]
                 self.offset += len(rest)
                 self.lines += 1
+                self._open = True
             else:
                 self.torn = (
                     f"{self.name} line {self.lines + 1}: torn final line ({len(rest)} bytes, no newline, "
