@@ -29,5 +29,7 @@ if all_ranks:
 dist.barrier()
 copy.close()
 logger.close()
-print(f"rank {rank} {logger.is_writer} {copy.is_writer}", flush=True)
+# one write per line: print() writes the text and the newline apart, and two ranks' lines interleave
+sys.stdout.write(f"rank {rank} {logger.is_writer} {copy.is_writer}\n")
+sys.stdout.flush()
 dist.destroy_process_group()
