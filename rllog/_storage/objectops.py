@@ -393,21 +393,33 @@ class _Layout:
 
 def _cover(pieces: list[_Piece]) -> list[tuple[_Piece, int, int]]:
     """From byte 0, repeatedly take the piece that holds the next byte and reaches the
-    farthest (ties: base, then chunk, then data); stop at the first byte no piece holds."""
-    rank = {"base": 2, "chunk": 1, "data": 0}
+    farthest (ties: the object, then a chunk); stop at the first byte no piece holds.
+
+    A data segment is a claim on exactly the offset it starts at, and counts only there
+    and only if no chunk or object holds that byte: those were built from the claim
+    that stood, so a segment they overlap is either that claim's leftover or void (a
+    writer with an old view claimed an offset whose segment had been folded away and
+    deleted; it sees this and writes its bytes again at the end). No reader sees it.
+    """
+    rank = {"base": 1, "chunk": 0}
     ordered = sorted(pieces, key=lambda p: p.start)
     out: list[tuple[_Piece, int, int]] = []
-    pos, i, best = 0, 0, None
+    pos, i = 0, 0
+    best: _Piece | None = None  # the object or chunk reaching farthest among those started
     while True:
+        claim = None  # the data segment that starts at pos
         while i < len(ordered) and ordered[i].start <= pos:
             p = ordered[i]
-            if best is None or (p.end, rank[p.kind]) > (best.end, rank[best.kind]):
-                best = p
             i += 1
-        if best is None or best.end <= pos:
+            if p.kind == "data":
+                claim = p if p.start == pos else claim
+            elif best is None or (p.end, rank[p.kind]) > (best.end, rank[best.kind]):
+                best = p
+        piece = best if best is not None and best.end > pos else claim
+        if piece is None or piece.end <= pos:
             return out
-        out.append((best, pos, best.end))
-        pos = best.end
+        out.append((piece, pos, piece.end))
+        pos = piece.end
 
 
 class S3Ops(ObjectOps):
@@ -429,10 +441,11 @@ class S3Ops(ObjectOps):
       ``min_part`` (S3's smallest multipart part); the first one, when the file passes
       ``min_part`` without an object that large to start from, is uploaded whole once.
 
-    The file is read as the *cover* (:func:`_cover`): from byte 0, the piece (the object
-    or a segment) that holds the next byte and reaches farthest. A reader therefore
-    sees every flushed row at any moment, and leftovers of a crash (segments already in
-    the object, a chunk not yet deleted) change nothing.
+    The file is read as the *cover* (:func:`_cover`): from byte 0, the piece (the object,
+    a chunk, or a data segment exactly where it starts) that holds the next byte and
+    reaches farthest. A reader therefore sees every flushed row at any moment, and
+    leftovers of a crash (segments already in the object, a chunk not yet deleted) or a
+    void claim (an old view's segment at an offset a chunk already holds) change nothing.
 
     Close (:meth:`cleanup`) composes every file that has segments into one plain object
     (multipart ``UploadPartCopy`` of the object and chunks; pieces smaller than

@@ -4,10 +4,12 @@ between a segment and the compose, a stale writer's claim."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
 
+import pytest
 from servers import FaultProxy, unique
 
 from rllog._storage.readonly import ReadOnlyStorage
@@ -96,8 +98,6 @@ KILLED = textwrap.dedent(
 
 
 def test_a_kill_before_compose_loses_nothing_and_the_next_close_composes(s3_server):
-    import json
-
     url = f"s3://{s3_server.new_bucket()}/run"
     options = s3_server.storage_options()
     done = subprocess.run(
@@ -127,3 +127,68 @@ def test_a_writer_with_an_old_view_does_not_overwrite_rows_composed_meanwhile(s3
     first.append("metrics.jsonl", b"3\n")
     first.close()
     assert plain_get(first) == b"1\n2\n3\n"
+
+
+def test_two_writers_folding_chunks_at_once_keep_every_row(s3_server):
+    """Two handles (two writers) append to one file past many sealed chunks, each
+    listing only from its last chunk on and often claiming, with its old view, an
+    offset the other's segment held before it was folded away: every row of each, in
+    order, once."""
+    import threading
+
+    proxy = FaultProxy(s3_server.endpoint)  # conditional PUTs one at a time, as S3 does and moto does not
+    url = f"s3://{s3_server.new_bucket()}/run"
+    options = s3_server.storage_options(proxy.endpoint)
+    writers = [small_parts(FsspecStorage(url, spill=False, flush_interval=3600, **options)) for _ in range(2)]
+
+    def write(tag: int) -> None:
+        for i in range(600):
+            writers[tag].append("metrics.jsonl", b'{"w": %d, "i": %d, "pad": "%s"}\n' % (tag, i, b"y" * 100))
+            if i % (5 + 2 * tag) == 4 + 2 * tag:  # segments of unequal sizes
+                writers[tag].flush(durable=True)
+        writers[tag].flush(durable=True)
+
+    threads = [threading.Thread(target=write, args=(tag,)) for tag in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    mid = ReadOnlyStorage(url, **options).read("metrics.jsonl")
+    for writer in writers:
+        writer.close()
+    proxy.stop()
+    data = plain_get(writers[0])
+    assert data == mid
+    rows = [json.loads(line) for line in data.splitlines()]
+    for tag in range(2):
+        assert [r["i"] for r in rows if r["w"] == tag] == list(range(600))
+    assert len(data) > 10 * 3 * PART  # many chunks sealed while both wrote
+
+
+@pytest.mark.parametrize("a2", [b"a2\n", b"a2" + b"." * 200 + b"\n"], ids=["grown", "sealed"])
+def test_a_writer_with_an_old_view_claiming_a_folded_offset_with_more_bytes_loses_nothing(s3_server, a2):
+    """A data segment is folded into a chunk (the chunk grows, or a new chunk starts
+    with it) and deleted, so its offset is free again; a writer that has not listed
+    since claims it with a longer segment. That claim is void (a chunk already holds
+    the offset): the writer appends at the end instead, and no reader sees the void
+    segment."""
+    url = f"s3://{s3_server.new_bucket()}/run"
+    options = s3_server.storage_options()
+    a = small_parts(FsspecStorage(url, spill=False, **options))
+    a.append("metrics.jsonl", b"a" * 5000 + b"\n")
+    a.flush(durable=True)  # past PART: a chunk, and every later segment is folded into it
+    a.append("metrics.jsonl", b"a" * 7100 + b"\n")
+    a.flush(durable=True)  # the chunk grows to 12,102 bytes, 186 short of chunk_max
+    b = small_parts(FsspecStorage(url, spill=False, **options))
+    b.append("metrics.jsonl", b"b1\n")
+    b.flush(durable=True)  # b's view: the file ends after b1
+    a.append("metrics.jsonl", a2)
+    a.flush(durable=True)  # claimed at that end and folded at once: the offset is free again
+    b2 = b"b2 is longer" + b"!" * len(a2) + b"\n"
+    b.append("metrics.jsonl", b2)
+    b.flush(durable=True)  # b's old view: it claims the free offset
+    rows = b"a" * 5000 + b"\n" + b"a" * 7100 + b"\nb1\n" + a2 + b2
+    assert ReadOnlyStorage(url, **options).read("metrics.jsonl") == rows
+    b.close()
+    a.close()
+    assert plain_get(a) == rows
