@@ -24,6 +24,12 @@ def small_parts(storage: FsspecStorage) -> FsspecStorage:
     return storage
 
 
+def object_bytes(proxy: FaultProxy, name: str = "metrics.jsonl") -> int:
+    """Bytes of object data uploaded for ``name`` (PUT bodies: its segments, chunks,
+    parts and the object), without request overhead (multipart and delete XML)."""
+    return sum(n for method, path, n in proxy.stats.log if method == "PUT" and name in path)
+
+
 def plain_get(storage: FsspecStorage, name: str = "metrics.jsonl") -> bytes:
     """The object itself, as pandas or ``aws s3 cp`` would read it (no rllog join)."""
     return storage.fs.cat_file(f"{storage._root}/{name}")
@@ -38,12 +44,14 @@ def test_every_row_is_readable_at_any_moment_and_close_leaves_one_plain_object(s
         reader = ReadOnlyStorage(url, **options)
         rows = [ROW % (i, i, b"x" * (i % 40)) for i in range(1500)]
         per_flush: list[int] = []
+        fetched: list[int] = []  # response bytes per flush (list results, mostly)
         for i, row in enumerate(rows):
             storage.append("metrics.jsonl", row)
             if i % 25 == 24:
-                before = proxy.stats.requests
+                before, got = proxy.stats.requests, proxy.stats.download_bytes
                 storage.flush(durable=True)
                 per_flush.append(proxy.stats.requests - before)
+                fetched.append(proxy.stats.download_bytes - got)
                 done = b"".join(rows[: i + 1])
                 if i % 100 == 99:  # what a reader sees mid-run: every flushed row
                     assert reader.read("metrics.jsonl") == done
@@ -57,11 +65,14 @@ def test_every_row_is_readable_at_any_moment_and_close_leaves_one_plain_object(s
         total = sum(map(len, rows))
         assert total > 6 * 3 * PART  # many chunks sealed: the flat regime is exercised
         assert max(per_flush[len(per_flush) // 2 :]) <= max(per_flush[: len(per_flush) // 2])
+        # flat per flush also in what its listing returns: sealed chunks are not listed again
+        late, early = max(fetched[-10:]), max(fetched[len(fetched) // 4 : len(fetched) // 4 + 10])
+        assert late <= early + 200, (early, late)
         storage.close()
         assert plain_get(storage) == b"".join(rows)
         assert storage.fs.find(f"{storage._root}/.rllog-parts") == []
-        # uploaded: the file, plus the first chunk and the last piece once, plus request overhead
-        assert proxy.stats.upload_bytes <= total + 2 * 3 * PART + 600 * len(per_flush)
+        # uploaded: the file once, plus its first PART bytes once more (see the bound test below)
+        assert object_bytes(proxy) == total + PART
     finally:
         proxy.stop()
 
@@ -127,6 +138,47 @@ def test_a_writer_with_an_old_view_does_not_overwrite_rows_composed_meanwhile(s3
     first.append("metrics.jsonl", b"3\n")
     first.close()
     assert plain_get(first) == b"1\n2\n3\n"
+
+
+def test_a_12_mib_run_uploads_its_bytes_once_plus_its_first_5_mib_once(s3_server):
+    """The bound, with S3's real 5 MiB part minimum: S3 joins objects server-side only as
+    parts of a multipart upload, each but the last >= 5 MiB. A file that grows by
+    flushes smaller than that has its first 5 MiB in no object S3 can copy a 5 MiB part
+    from, so they are uploaded a second time (once); every later byte is uploaded once,
+    as a segment, and copied server-side from there on. pandas reads the plain object
+    after close; rllog's reader reads every flushed row mid-run."""
+    import pandas as pd
+
+    from rllog import read_run
+    from rllog._storage.objectops import S3_MIN_PART
+
+    proxy = FaultProxy(s3_server.endpoint)
+    try:
+        url = f"s3://{s3_server.new_bucket()}/runs/{unique('run')}"
+        storage = FsspecStorage(
+            url, spill=False, flush_interval=3600, **s3_server.storage_options(proxy.endpoint)
+        )
+        pad = "x" * 440
+        row = b'{"step": %d, "reward": %.6f, "pad": "%s"}\n'
+        step, total, flushes = 0, 0, 0
+        while total < 12 * 2**20:
+            batch = b"".join(row % (step + i, (step + i) / 7, pad.encode()) for i in range(128))  # ~64 KiB
+            storage.append("metrics.jsonl", batch)
+            step, total, flushes = step + 128, total + len(batch), flushes + 1
+            storage.flush(durable=True)
+            if flushes in (40, 90, 150):  # below 5 MiB (segments), one chunk, one chunk and segments
+                seen = read_run(url, **s3_server.storage_options()).metrics
+                assert seen["step"].tolist() == list(range(step))
+        storage.close()
+        assert object_bytes(proxy) == total + S3_MIN_PART  # exactly: no byte beyond the bound
+        overhead = proxy.stats.upload_bytes - object_bytes(proxy)  # multipart and delete XML
+        assert overhead <= 600 * flushes
+        frame = pd.read_json(f"{url}/metrics.jsonl", lines=True, storage_options=s3_server.storage_options())
+        assert frame["step"].tolist() == list(range(step))
+        assert frame["reward"].iloc[-1] == pytest.approx((step - 1) / 7, abs=1e-6)
+        assert storage.fs.find(f"{storage._root}/.rllog-parts") == []
+    finally:
+        proxy.stop()
 
 
 def test_two_writers_folding_chunks_at_once_keep_every_row(s3_server):
