@@ -14,9 +14,10 @@ Paths:
   to it are rllog's targets (<= 1.5x from dicts and from ready records, <= 2.5x from
   tinker-cookbook objects);
 - rllog, from ready records (``TrajectorySummary`` structs, as ``build_rollout_summaries``
-  returns them);
+  returns them, one set per iteration);
 - rllog, from plain dicts (``write_rollouts`` on a ``LocalStorage``; its atomic write
-  fsyncs, the others do not: ``--no-fsync`` shows rllog without that cost too);
+  fsyncs, as the floor's does; the peers do not: the "no fsync" paths show rllog without
+  that cost too);
 - rllog, from tinker-cookbook ``TrajectoryGroup`` objects (duck-typed);
 - tinker-cookbook: ``serialize_rollout_summaries`` + ``TrainingRunStore.write_rollouts``
   (``json.dumps`` per record, temp file + rename) on the same objects
@@ -198,12 +199,14 @@ def main() -> None:
         st = LocalStorage(root / "rllog")
         nofsync = NoFsyncStorage(root / "rllog-nofsync")
         paths["rllog (dicts)"] = lambda i: write_rollouts(st, i, dict_groups)
-        ready = build_rollout_summaries(0, dict_groups)
-        paths["rllog (ready records)"] = lambda i: write_rollouts(st, 0, ready)
+        # one set of records per iteration: like the other paths, each run writes a new file
+        # (rewriting one file costs the file system more than creating one)
+        ready = [build_rollout_summaries(i, dict_groups) for i in range(args.repeats + 1)]
+        paths["rllog (ready records)"] = lambda i: write_rollouts(st, i, ready[i])
         encoder = msgspec.json.Encoder()
         floor_name = "floor: msgspec encode_lines + one write"
         paths[floor_name] = lambda i: st.write(
-            f"train_iteration_{i:06d}_floor.jsonl", encoder.encode_lines(ready)
+            f"train_iteration_{i:06d}_floor.jsonl", encoder.encode_lines(ready[i])
         )
         paths["rllog (dicts, no fsync)"] = lambda i: write_rollouts(nofsync, i, dict_groups)
         try:

@@ -14,9 +14,14 @@ interleaved (none, rllog, wandb, none, ...), ``--repeats`` times, in one process
 run it measures the time spent inside the tracker's callback methods (every ``on_*``
 hook, by wrapping them), split into setup (``on_train_begin``/``on_train_end``: opening
 and closing the run) and per logging step (every other hook, divided by the number of
-logging steps), and the wall time of ``trainer.train()`` per step. Printed: medians with
-[min, max] over the repeats, and the ratios rllog/wandb of the callback times and
-wall(x)/wall(none), as median [min, max] of the per-repeat ratios.
+logging steps); of the latter also the CPU time on the training thread
+(``time.thread_time``: what the hooks compute, without waits for the disk or for the
+cores of a busy machine) and the seconds in ``os.fsync``/``os.fdatasync`` (wandb writes
+from its own process: none of its fsyncs are here; on a shared disk they vary most);
+and the wall time of ``trainer.train()`` per step. Printed: medians with [min, max]
+over the repeats, and the ratios rllog/wandb of the callback times (also without
+rllog's fsyncs, and CPU only) and wall(x)/wall(none), as median [min, max] of the
+per-repeat ratios.
 """
 
 from __future__ import annotations
@@ -43,10 +48,30 @@ from tiny_trl import trainer as tiny_trainer  # noqa: E402
 from rllog.integrations.trl import RllogCallback, attach  # noqa: E402
 
 SETUP = ("on_init_end", "on_train_begin", "on_train_end")
+FSYNC = {"seconds": 0.0, "calls": 0}  # os.fsync and os.fdatasync in this process (every thread)
+
+
+def _counted(sync):
+    def counted(fd: int) -> None:
+        t = time.perf_counter()
+        try:
+            sync(fd)
+        finally:
+            FSYNC["seconds"] += time.perf_counter() - t
+            FSYNC["calls"] += 1
+
+    return counted
+
+
+for _name in ("fsync", "fdatasync"):  # still syncs; only counts (rllog looks os.fsync up at call time)
+    if hasattr(os, _name):
+        setattr(os, _name, _counted(getattr(os, _name)))
 
 
 def _timed(cb: object, spent: dict[str, float]) -> None:
-    """Wrap every ``on_*`` method of callback ``cb`` to add its seconds to ``spent``."""
+    """Wrap every ``on_*`` method of callback ``cb`` to add its seconds to ``spent``
+    (``setup``/``step``), its CPU seconds on the calling thread (``setup_cpu``/``step_cpu``),
+    and the seconds and calls of ``os.fsync`` made meanwhile (``step_fsync``/``step_fsyncs``)."""
     for name in dir(cb):
         if not name.startswith("on_"):
             continue
@@ -54,11 +79,15 @@ def _timed(cb: object, spent: dict[str, float]) -> None:
         key = "setup" if name in SETUP else "step"
 
         def wrapped(*a, __fn=fn, __key=key, **kw):
-            t = time.perf_counter()
+            t, c, f, n = time.perf_counter(), time.thread_time(), FSYNC["seconds"], FSYNC["calls"]
             try:
                 return __fn(*a, **kw)
             finally:
                 spent[__key] += time.perf_counter() - t
+                spent[__key + "_cpu"] += time.thread_time() - c
+                if __key == "step":
+                    spent["step_fsync"] += FSYNC["seconds"] - f
+                    spent["step_fsyncs"] += FSYNC["calls"] - n
 
         setattr(cb, name, wrapped)
 
@@ -69,7 +98,7 @@ def run_once(kind: str, steps: int, i: int) -> dict[str, float]:
     tr = tiny_trainer("grpo", out, steps=steps, report_to="wandb" if kind == "wandb" else "none", **overrides)
     if kind == "rllog":
         attach(tr, os.path.join(out, "run"), code_diff=False)
-    spent = {"setup": 0.0, "step": 0.0}
+    spent = dict.fromkeys(("setup", "setup_cpu", "step", "step_cpu", "step_fsync", "step_fsyncs"), 0.0)
     tracked = [
         cb
         for cb in tr.callback_handler.callbacks
@@ -94,6 +123,10 @@ def run_once(kind: str, steps: int, i: int) -> dict[str, float]:
         "wall_per_step": wall / steps,
         "setup": spent["setup"],
         "per_log_step": spent["step"] / logging_steps,
+        "fsync_per_log_step": spent["step_fsync"] / logging_steps,
+        "fsyncs_per_log_step": spent["step_fsyncs"] / logging_steps,
+        "no_fsync_per_log_step": (spent["step"] - spent["step_fsync"]) / logging_steps,
+        "cpu_per_log_step": spent["step_cpu"] / logging_steps,
     }
 
 
@@ -123,12 +156,26 @@ def main() -> None:
                 ""
                 if k == "none"
                 else f"; callback per logging step {_med([x['per_log_step'] * 1e3 for x in r])} ms"
+                f" (CPU {_med([x['cpu_per_log_step'] * 1e3 for x in r])} ms)"
                 f"; setup+close {_med([x['setup'] for x in r])} s"
             )
         )
+        if k == "rllog":
+            print(
+                f"        of which in os.fsync {_med([x['fsync_per_log_step'] * 1e3 for x in r])} ms"
+                f" ({_med([x['fsyncs_per_log_step'] for x in r])} calls); the rest"
+                f" {_med([x['no_fsync_per_log_step'] * 1e3 for x in r])} ms"
+            )
     n = args.repeats
     ratio = lambda a, b, key: [res[a][i][key] / res[b][i][key] for i in range(n)]  # noqa: E731  # a short helper
     print(f"callback per logging step, rllog/wandb: {_med(ratio('rllog', 'wandb', 'per_log_step'))}")
+    print(
+        "callback per logging step without rllog's fsyncs, rllog/wandb: "
+        + _med([res["rllog"][i]["no_fsync_per_log_step"] / res["wandb"][i]["per_log_step"] for i in range(n)])
+    )
+    print(
+        f"callback CPU time per logging step, rllog/wandb: {_med(ratio('rllog', 'wandb', 'cpu_per_log_step'))}"
+    )
     print(f"setup+close, rllog/wandb: {_med(ratio('rllog', 'wandb', 'setup'))}")
     print(f"wall/step, rllog/none: {_med(ratio('rllog', 'none', 'wall_per_step'))}")
     print(f"wall/step, wandb/none: {_med(ratio('wandb', 'none', 'wall_per_step'))}")

@@ -30,9 +30,10 @@ import os
 import threading
 import time
 import weakref
+from collections.abc import Mapping
 from typing import Any, cast
 
-from rllog._format.codec import encode_json
+from rllog._format.codec import MetricsEncoder, encode_json
 from rllog._format.layout import (
     CHECKPOINTS_FILE,
     CODE_DIFF_FILE,
@@ -41,7 +42,7 @@ from rllog._format.layout import (
     artifact_name,
     check_layout,
 )
-from rllog._format.records import ResumeState
+from rllog._format.records import METRICS_AT_KEY, ResumeState
 from rllog._storage.local import remove_stale_tmp
 from rllog._storage.staged import run_at_exit
 from rllog._write.checkpoints import CheckpointCommitter, checkpoint_record, read_checkpoints
@@ -49,7 +50,7 @@ from rllog._write.metrics import MetricsWriter
 from rllog._write.noclobber import NoClobberStorage
 from rllog._write.notes import Notes
 from rllog._write.rank import RankStorage, process_rank
-from rllog._write.resume import lock_run, missing_rows, repair_torn_tail, supersede, timestamped, unlock_run
+from rllog._write.resume import lock_run, repair_torn_tail, supersede, timestamped, unlock_run
 from rllog._write.rollouts import RolloutFiles, encode_rollouts
 from rllog._write.timing import Timings
 from rllog.errors import StorageError
@@ -123,15 +124,18 @@ class RunLogger:
             subclass) or a list of these; see :mod:`rllog.sinks`. They run on one
             background thread; ``log_metrics`` only queues the encoded row (~0.2 us).
         doctor: run the stability doctor's rules live on each row (on the sinks'
-            thread): ``True`` or a :class:`rllog.doctor.Thresholds`. Each new finding is
+            thread): ``True`` (default thresholds), a :class:`rllog.doctor.Thresholds`, a
+            JSON or TOML file of thresholds (a path, as ``rllog doctor --config`` reads) or
+            a mapping of threshold names to values. Each new finding is
             warned about once, appended to ``doctor.jsonl`` (one JSON object per finding,
             as :meth:`rllog.doctor.Finding.to_dict` plus ``fired_at``), sent to the sinks
             and to ``on_finding``. At close doctor.jsonl is rewritten with every finding's
             full step ranges: what ``rllog doctor --json`` prints for the run.
         on_finding: ``on_finding(finding_dict)``, called on the background thread for each
             new finding (e.g. set a flag the loop reads to stop or lower its learning rate).
+            Needs ``doctor``.
         sink_timeout: seconds ``close`` waits for the sinks before saying what each did
-            not receive.
+            not receive (at most its own ``timeout``).
         sink_queue_size: items the sinks' queue holds; past it rows are dropped from the
             sinks (counted and reported; metrics.jsonl keeps them).
         timing_spans: also write each :meth:`timer` span to ``timing_spans.jsonl``.
@@ -145,6 +149,8 @@ class RunLogger:
     Raises:
         TypeError, ValueError: on a bad ``log_path`` or argument; TypeError for an
             unknown keyword argument with a local path (the valid ones are listed).
+            ValueError also for bad doctor thresholds or ``on_finding`` without ``doctor``.
+        OSError: the ``doctor`` thresholds file cannot be read.
         RuntimeError: another live process writes this (local) run and ``shared`` is not set.
         StorageError: ``resume=True`` and the run's files cannot be read (a bucket that
             does not answer); StoragePermanentError: the bucket is missing or access is
@@ -196,6 +202,7 @@ class RunLogger:
         _reject_local_options(log_path, storage_options)
         self.layout = check_layout(layout)
         sinks = _resolve_sinks(report_to)  # misuse and missing trackers fail before anything is opened
+        thresholds = _doctor_thresholds(doctor, on_finding)
         self.rank = process_rank() if rank is None else int(rank)
         self.is_writer = True
         self.strict_json = strict_json
@@ -203,6 +210,7 @@ class RunLogger:
         self.resume_require = resume_require
         # the highest row position logged (epoch checkpoint records keep it)
         self.resume_state: ResumeState | None = None
+        self._resume_point: int | None = None  # the step rows were moved aside from on resume
         self._notes = Notes()
         self.warnings = self._notes.messages
         self._storage_options = storage_options
@@ -238,12 +246,14 @@ class RunLogger:
                 raise
             self._status_started()
         warn = self._notes.warn_once
-        self._metrics = MetricsWriter(self.storage, strict_json=strict_json, console=console, warn=warn)
+        self._metrics = MetricsWriter(
+            self.storage, strict_json=strict_json, console=console, warn=warn, size=self._metrics_size()
+        )
         self._timings = Timings(timing_spans)
         self._sink_timeout = sink_timeout
         self._sinks: Any = None
-        if sinks or doctor:
-            self._sinks = self._start_sinks(sinks, doctor, on_finding, sink_queue_size)
+        if sinks or thresholds is not None:
+            self._sinks = self._start_sinks(sinks, thresholds, on_finding, sink_queue_size)
         # iteration artifacts: a worker logger keeps another writer's file (see _write.noclobber)
         self._artifacts: Storage = (
             cast(Storage, NoClobberStorage(self.storage, warn)) if self._worker else self.storage
@@ -334,6 +344,21 @@ class RunLogger:
                 "Pass resume=True to continue from the last checkpoint instead."
             )
 
+    def _metrics_size(self) -> int | None:
+        """(storages without a local descriptor) metrics.jsonl's size at open, so checkpoint
+        records can say where it stood (``metrics_at``); None when it cannot be read
+        (unreachable at open, a worker logger that shares the file with its writer)."""
+        if isinstance(self.storage, LocalStorage) or self._worker:
+            return None
+        if getattr(self.storage, "outage_at_open", None) is not None:
+            return None
+        try:
+            return self.storage.size(METRICS_FILE)
+        except FileNotFoundError:
+            return 0
+        except OSError:
+            return None
+
     def _remove_stale_tmp(self) -> None:
         """Delete temp files that writes of killed processes left in a local run folder."""
         if isinstance(self.storage, LocalStorage) and self.storage.root.is_dir():
@@ -351,24 +376,20 @@ class RunLogger:
         from rllog._write.resume import damaged_lines
         from rllog._write.resume_point import choose_record, move_reports_aside, resume_point
 
-        for name in (METRICS_FILE, CHECKPOINTS_FILE):
-            damaged = damaged_lines(storage, name)
-            if damaged:
-                more = f"; and {len(damaged) - 3} more" if len(damaged) > 3 else ""
-                self._notes.note(
-                    f"{storage.url}/{name} has {len(damaged)} damaged line(s) that every reader skips "
-                    f"(the rows on them are lost to readers): {'; '.join(damaged[:3])}{more}"
-                )
+        damaged = damaged_lines(storage, CHECKPOINTS_FILE)  # metrics.jsonl's: in supersede's one pass
+        if damaged:
+            more = f"; and {len(damaged) - 3} more" if len(damaged) > 3 else ""
+            self._notes.note(
+                f"{storage.url}/{CHECKPOINTS_FILE} has {len(damaged)} damaged line(s) that every reader skips "
+                f"(the rows on them are lost to readers): {'; '.join(damaged[:3])}{more}"
+            )
         records = read_checkpoints(storage, self.warnings)
         rec = choose_record(records, self.resume_key, self.resume_require, self._notes.note)
         if rec is not None:
             self.resume_state = ResumeState.from_record(rec, self.resume_key)
-        point = resume_point(storage, rec, self.resume_key, self._notes.note)
+        point = self._resume_point = resume_point(storage, rec, self.resume_key, self._notes.note)
+        supersede(storage, point, self._notes.note, rec)  # one pass: damage, the gap check, moving rows
         if point is not None:
-            gap = missing_rows(storage, point, rec) if rec is not None else None
-            if gap is not None:
-                self._notes.note(gap)
-            supersede(storage, point, self._notes.note)
             move_reports_aside(storage, point, self._notes.note)
 
     def _write_code_diff(self) -> None:
@@ -396,6 +417,8 @@ class RunLogger:
             step: the iteration (batch) index, an int >= 0.
             metrics: str keys to numbers, bools, strings or None; numpy scalars and
                 one-element arrays/tensors are converted; NaN and ±Infinity are kept.
+                Secrets in string values (and every string under a secret-named key)
+                are written as ``<redacted>``, to the file, the console and every sink.
 
         The row is in the OS (locally) when this returns; on object stores it is
         staged for the next upload. Costs ~10-25 us for 100 floats.
@@ -501,9 +524,14 @@ class RunLogger:
         if epoch is not None and last_logged is not None and "last_logged_step" not in record:
             # ``batch`` counts within the epoch: the last position logged says where a resume starts
             record["last_logged_step"] = last_logged
+        shown = dict(record)  # what the trackers get: the record without rllog's bookkeeping
+        at = self._metrics.file_position()
+        if at is not None and METRICS_AT_KEY not in record:
+            # rows after this point were logged after the checkpoint: a resume reads only them
+            record[METRICS_AT_KEY] = {"bytes": at[0], "last_line_crc32": at[1]}
         self._checkpoints.add(record)
         if self._sinks is not None:
-            self._sinks.put("log_checkpoint", dict(record))
+            self._sinks.put("log_checkpoint", shown)
 
     # -- logtree reports (rllog.logtree) ---------------------------------------------
 
@@ -553,12 +581,7 @@ class RunLogger:
             ValueError: ``iteration`` outside ``0 <= iteration < 2**63``; raised at the call.
         """
         self._check_open(f"evaluation({name!r}, {iteration!r})")
-        if not isinstance(name, str):
-            raise TypeError(
-                f"evaluation(name, iteration): name must be the evaluator's name, a str; got "
-                f"{type(name).__name__} {name!r:.40} (use iteration({iteration!r}) for a training iteration)"
-            )
-        artifact_name(iteration, "html", name)
+        _check_evaluation(name, iteration)
         self._check_rewrite("report", iteration, name)
         from rllog.logtree import iteration_trace
 
@@ -681,7 +704,7 @@ class RunLogger:
         if self._diff_thread is not None:
             self._diff_thread.join(timeout=min(30.0, _left(deadline) or 0.0))
         if self._sinks is not None:
-            for message in self._sinks.close(self._sink_timeout):
+            for message in self._sinks.close(min(self._sink_timeout, _left(deadline) or 0.0)):
                 self._notes.note(message)
             self._rewrite_findings()
         self._checkpoints.stop(timeout=min(1.0, _left(deadline) or 0.0))
@@ -711,17 +734,15 @@ class RunLogger:
 
     # -- trackers, live doctor, timers (rllog.sinks) ----------------------------------
 
-    def _start_sinks(self, sinks: list[Any], doctor: Any, on_finding: Any, queue_size: int) -> Any:
+    def _start_sinks(self, sinks: list[Any], thresholds: Any, on_finding: Any, queue_size: int) -> Any:
         from rllog._format.layout import DOCTOR_FILE
         from rllog.sinks._dispatch import Dispatcher, SinkRun
 
         engine = None
-        if doctor:
-            from rllog._format.rules import RuleEngine, Thresholds
+        if thresholds is not None:
+            from rllog._format.rules import RuleEngine
 
-            engine = RuleEngine(doctor if isinstance(doctor, Thresholds) else None)
-        if on_finding is not None and not callable(on_finding):
-            raise TypeError(f"on_finding must be callable, got {type(on_finding).__name__}")
+            engine = RuleEngine(thresholds)
         state = self.resume_state
         run = SinkRun(
             log_path=self.log_path,
@@ -964,6 +985,33 @@ class RunLogger:
         )
 
 
+def _doctor_thresholds(doctor: Any, on_finding: Any) -> Any:
+    """The live doctor's :class:`rllog.doctor.Thresholds` for ``RunLogger(doctor=...)``, or None
+    when it is off; raises for what ``doctor``/``on_finding`` cannot mean (see RunLogger)."""
+    if on_finding is not None and not callable(on_finding):
+        raise TypeError(f"on_finding must be callable, got {type(on_finding).__name__}")
+    if doctor is None or doctor is False:
+        if on_finding is not None:
+            raise ValueError("on_finding is called with the live doctor's findings: pass doctor=True too")
+        return None
+    from rllog._format.rules import Thresholds
+
+    if doctor is True:
+        return Thresholds()
+    if isinstance(doctor, Thresholds):
+        return doctor
+    if isinstance(doctor, (str, os.PathLike)):
+        from rllog.doctor import thresholds_from_file
+
+        return thresholds_from_file(doctor)
+    if isinstance(doctor, Mapping):
+        return Thresholds().with_overrides(doctor)
+    raise TypeError(
+        "doctor= takes True, a rllog.doctor.Thresholds, a JSON/TOML thresholds file or a mapping of "
+        f"threshold names to values, got {type(doctor).__name__} {doctor!r:.100}"
+    )
+
+
 def _resolve_sinks(report_to: Any) -> list[Any]:
     if report_to is None:
         return []
@@ -1009,6 +1057,16 @@ def _close_open_loggers() -> None:
             logger.close()
 
 
+def _check_evaluation(name: Any, iteration: Any) -> None:
+    """Raises at the call what :meth:`RunLogger.evaluation` raises for a bad name or iteration."""
+    if not isinstance(name, str):
+        raise TypeError(
+            f"evaluation(name, iteration): name must be the evaluator's name, a str; got "
+            f"{type(name).__name__} {name!r:.40} (use iteration({iteration!r}) for a training iteration)"
+        )
+    artifact_name(iteration, "html", name)
+
+
 def _left(deadline: float | None) -> float | None:
     """Seconds until ``deadline`` (``time.monotonic``), at least 0; None for no deadline."""
     return None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -1017,6 +1075,8 @@ def _left(deadline: float | None) -> float | None:
 class NullRunLogger(RunLogger):
     """What ``RunLogger(...)`` returns on a rank that does not write (rank != 0 without
     ``all_ranks``): the same methods, each a cheap no-op, so a loop needs no rank checks.
+    Arguments are checked as on the writing rank (a bad step, key, name or iteration
+    raises the same error on every rank), and calls after ``close`` raise RuntimeError.
 
     ``is_writer`` is False, ``resume_state`` None, ``warnings`` empty, ``storage`` None;
     ``iteration``/``evaluation`` give a null context (logtree calls inside are no-ops).
@@ -1048,6 +1108,7 @@ class NullRunLogger(RunLogger):
         self.storage = None  # type: ignore[assignment]  # a null logger has no storage
         self.log_path = os.fspath(log_path) if isinstance(log_path, (str, os.PathLike)) else log_path.url
         self._closed = False
+        self._encoder = MetricsEncoder(strict_json)
 
     @property
     def console(self) -> bool:
@@ -1058,21 +1119,31 @@ class NullRunLogger(RunLogger):
         self._console = value
 
     def log_metrics(self, step: int, metrics: dict[str, Any]) -> None:
-        pass
+        self._check_open(f"log_metrics(step={step!r})")
+        self._encoder.encode_row(step, metrics)  # the same errors as on the writing rank
 
     def log_config(self, config: Any) -> None:
-        pass
+        self._check_open("log_config")
 
-    def log_checkpoint(self, name: str, **kwargs: Any) -> None:  # type: ignore[override]  # accepts all
-        pass
+    def log_checkpoint(  # type: ignore[override]  # the same keywords, passed through
+        self, name: str, *, batch: int | None = None, **fields: Any
+    ) -> None:
+        self._check_open(f"log_checkpoint({name!r})")
+        known = {k: fields.pop(k, None) for k in ("epoch", "final", "state_path", "sampler_path")}
+        checkpoint_record(name, batch, known, fields)
 
     def log_rollouts(self, iteration: int, groups: Any, **kwargs: Any) -> None:  # type: ignore[override]  # accepts all
-        pass
+        self._check_open(f"log_rollouts({iteration!r}, ...)")
+        artifact_name(iteration, "rollout_summaries", kwargs.get("eval_name"))
 
     def iteration(self, iteration: int, **kwargs: Any) -> Any:
+        self._check_open(f"iteration({iteration!r})")
+        artifact_name(iteration, "html")
         return contextlib.nullcontext()
 
     def evaluation(self, name: str, iteration: int, **kwargs: Any) -> Any:
+        self._check_open(f"evaluation({name!r}, {iteration!r})")
+        _check_evaluation(name, iteration)
         return contextlib.nullcontext()
 
     def flush(self, durable: bool = False) -> None:

@@ -132,7 +132,12 @@ _STEP_KEY = click.option(
     multiple=True,
     help="Show the last value of KEY (repeatable; default: the key metrics found).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the summary as one JSON object (strict JSON: NaN/Infinity as strings).",
+)
 @_STEP_KEY
 @_clean_errors
 def summary(run: str, keys: tuple[str, ...], as_json: bool, step_key: str | None) -> None:
@@ -149,7 +154,19 @@ def summary(run: str, keys: tuple[str, ...], as_json: bool, step_key: str | None
     data = read_run(run, step_key=step_key)
     _check_keys(keys, [data])
     info = summarize(data, list(keys) or None)
-    _echo(encode_json(info, indent=2).decode() if as_json else format_summary(info))
+    _echo(encode_json(_nonfinite_as_text(info), indent=2).decode() if as_json else format_summary(info))
+
+
+def _nonfinite_as_text(value):
+    """``value`` with each NaN/±Infinity float as the string ``"NaN"``/``"Infinity"``/``"-Infinity"``
+    (strict JSON for scripts, as ``rllog doctor --json`` writes a finding's value)."""
+    if isinstance(value, float) and value - value != 0:
+        return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: _nonfinite_as_text(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_nonfinite_as_text(v) for v in value]
+    return value
 
 
 @main.command()
@@ -178,7 +195,8 @@ def tail(run: str, follow: bool, n_rows: int, keys: tuple[str, ...], interval: f
 
     RUN is a run folder or URI, or a metrics .jsonl file. Only new bytes are read on each
     check; with -f a row appears within INTERVAL seconds of being written (a run on an
-    object store shows rows once the writer has flushed them).
+    object store shows rows once the writer has flushed them), and a failed read (a
+    bucket that does not answer) is warned about while following goes on.
     """
     import json
     import os
@@ -202,15 +220,23 @@ def tail(run: str, follow: bool, n_rows: int, keys: tuple[str, ...], interval: f
         )
     reader = MetricsTail(storage, name)
     seen: dict[str, None] = {}  # every key of the rows read so far, in order
+    waiting: set[str] = set()  # -k keys no row has yet (with -f: warned about, shown as -)
 
     def show(rows: list[tuple[int, dict]]) -> None:
-        if keys and rows and not all(k in seen for k in keys):
+        if keys and rows and not all(k in seen or k in waiting for k in keys):
             for _, row in rows:
                 seen.update(dict.fromkeys(row))
+            missing = [k for k in keys if k not in seen and k not in waiting]
+            if missing:  # not in these rows: an evaluation key may be in earlier ones
+                seen.update(dict.fromkeys(_keys_in(storage, name, reader.offset, missing)))
+            absent = [k for k in missing if k not in seen]
             try:
-                check_keys(keys, [k for k in seen if k not in STEP_KEYS], f"{storage.url}/{name}")
+                check_keys(absent, [k for k in seen if k not in STEP_KEYS], f"{storage.url}/{name}")
             except ValueError as exc:
-                raise _CliError(str(exc)) from None
+                if not follow:
+                    raise _CliError(str(exc)) from None
+                waiting.update(absent)  # a key the run has not logged yet (an evaluation)
+                _echo(f"warning: {exc}; shown as - until a row has it", err=True)
         for _, row in rows:
             if keys:
                 step = next((f"{k}={row[k]}" for k in ("step", "global_step", "_step") if k in row), "")
@@ -231,10 +257,23 @@ def tail(run: str, follow: bool, n_rows: int, keys: tuple[str, ...], interval: f
     show(_last_rows(reader, n_rows))
     if not follow:
         return
+    failing = False  # the last read failed (said once per outage)
     try:
         while True:
             time.sleep(interval)
-            rows = reader.poll()
+            try:
+                rows = reader.poll()
+            except OSError as exc:  # a bucket that does not answer for a while: keep following
+                if not failing:
+                    _echo(
+                        f"warning: could not read {storage.url}/{name} ({_error_text(exc)}); still following",
+                        err=True,
+                    )
+                failing = True
+                continue
+            if failing:
+                _echo(f"warning: reading {storage.url}/{name} again", err=True)
+                failing = False
             show(last(rows) if reader.rewritten else rows)  # rewritten on resume: start over
     except KeyboardInterrupt:
         pass
@@ -258,11 +297,11 @@ def _last_rows(reader, n: int) -> list[tuple[int, dict]]:
     want = max(n, 1)
     while True:
         start = _start_of_last_lines(storage, name, size, want)
-        reader.offset, reader.lines, reader.problems = start, 0, []
+        reader.seek(start)
         rows = reader.poll(end=size)
         if reader.problems and start > 0:  # name the damaged lines by their real numbers
             before = _count_newlines(storage, name, start)
-            reader.offset, reader.lines, reader.problems = start, before, []
+            reader.seek(start, before)
             rows = reader.poll(end=size)
         if len(rows) >= n or start == 0:
             return rows[-n:] if n else []
@@ -288,6 +327,24 @@ def _start_of_last_lines(storage, name: str, size: int, n: int) -> int:
         if pos == 0:
             return 0
     return 0
+
+
+def _keys_in(storage, name: str, end: int, wanted: list[str]) -> list[str]:
+    """The keys of the rows in the first ``end`` bytes of ``name``, read block by block (memory:
+    one block and the keys), stopping once every key of ``wanted`` was seen."""
+    from rllog._format.jsonl import parse_lines
+
+    keys: dict[str, None] = {}
+    pos, rest = 0, b""
+    while pos < end and not all(k in keys for k in wanted):
+        block = rest + storage.read_range(name, pos, min(end, pos + _TAIL_BLOCK))
+        pos = min(end, pos + _TAIL_BLOCK)
+        cut = block.rfind(b"\n") + 1
+        rows, _ = parse_lines(block[:cut], name, 1)
+        rest = block[cut:]
+        for _, row in rows:
+            keys.update(dict.fromkeys(row))
+    return list(keys)
 
 
 def _count_newlines(storage, name: str, end: int) -> int:
@@ -723,18 +780,25 @@ def grep(pattern: str, run: str, regex: bool, ignore_case: bool, max_hits: int, 
     for a logtree hit (a conversation message or a text of the iteration's report);
     exit code 1 when nothing matched.
     """
+    import warnings
+
     from rllog._format.codec import encode_json
     from rllog._read.run import read_run
     from rllog._read.search import compile_pattern, search_run
 
     compiled = compile_pattern(pattern, regex=regex, ignore_case=ignore_case)
+    problems: list[str] = []
     with read_run(run) as r:
         if not r.storage.exists(r.metrics_name) and not r.iterations:
             raise FileNotFoundError(
                 f"no run at {run}: no {r.metrics_name} and no iteration files "
                 "(expected a run folder, a metrics .jsonl file or a bucket URL)"
             )
-        hits, files = search_run(r.storage, compiled, limit=max_hits)
+        with warnings.catch_warnings(record=True) as caught:  # a torn last line, dropped by the decoder
+            warnings.simplefilter("always")
+            hits, files = search_run(r.storage, compiled, limit=max_hits, problems=problems)
+    for problem in [*(str(w.message) for w in caught), *problems]:
+        _echo(f"warning: {problem}", err=True)
     for h in hits:
         if as_json:
             _echo(encode_json(h).decode())

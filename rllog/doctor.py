@@ -205,11 +205,23 @@ def check_run(log_path: Any, thresholds: Thresholds | None = None) -> list[Findi
     stays bounded whatever the size of the metrics file.
 
     Raises:
-        FileNotFoundError: nothing at ``log_path``. RunFormatError: not a run (from the reader).
+        FileNotFoundError: nothing at ``log_path``, or a folder without the metrics file (not
+            a run: nothing could be checked). RunFormatError: not a run (from the reader).
     """
     from rllog._read.run import read_run
 
     with read_run(log_path) as run:
+        if not run.storage.exists(run.metrics_name):
+            tensorboard = any(".tfevents." in name for name in run.storage.list(""))
+            raise FileNotFoundError(
+                f"no {run.metrics_name} in {run.url}: nothing was checked; expected a run folder (or a metrics "
+                ".jsonl file, a trainer_state.json)"
+                + (
+                    "; for TensorBoard event files: rllog import tensorboard FOLDER OUT"
+                    if tensorboard
+                    else ""
+                )
+            )
         findings = diagnose_rows(run.iter_rows(), thresholds, step_key=run.step_key)
         damaged = run.damaged_lines  # after the rows were read: the lines they skipped
     errors = [f for f in findings if f.severity == "error"]

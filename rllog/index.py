@@ -227,6 +227,7 @@ def render_index(
             f"smooth must be in [0, 1) (an EMA weight, like TensorBoard's slider), got {smooth!r}"
         )
     import numpy as np
+    import pandas as pd
 
     from rllog._read.summary import metric_keys
     from rllog._svgchart import _label, line_chart
@@ -236,7 +237,7 @@ def render_index(
     n = len(metrics)
     key = run.step_key
     steps = (
-        np.nan_to_num(np.asarray(metrics[key], dtype=float), nan=-1.0)
+        np.nan_to_num(pd.to_numeric(metrics[key], errors="coerce").to_numpy(dtype=float), nan=-1.0)
         if key in metrics.columns
         else np.arange(n, dtype=float)
     )

@@ -162,12 +162,19 @@ def plot_runs(
                     ax.plot(xv, yv, color=color, linewidth=1.4, label=label, gid=gid)
                 lines.append(PlottedLine(run=label, key=key, x_key=x_key, x=xv, y=yv, y_drawn=drawn, gid=gid))
             ax.set_title(key, loc="left", fontsize=10, fontfamily="monospace")
+            shown = [ln.y[np.isfinite(ln.y)] for ln in lines if ln.key == key]
+            values = np.concatenate(shown) if shown else np.array([])
+            with np.errstate(over="ignore"):
+                huge = values.size > 0 and not np.isfinite((values.max() - values.min()) * 1.2)
+            if huge:  # a linear axis this wide overflows matplotlib's tick arithmetic
+                ax.set_yscale("symlog")
             ax.set_xlabel(x)
             ax.grid(True, alpha=0.3)
             if len(views) > 1:
                 ax.legend(fontsize=8, loc="best")
         buf = io.BytesIO()
-        fig.savefig(buf, format=fmt, dpi=110)
+        with np.errstate(over="ignore"):  # a symlog axis near the float limit overflows harmlessly
+            fig.savefig(buf, format=fmt, dpi=110)
     write_bytes(os.fspath(out), buf.getvalue())
     return lines
 

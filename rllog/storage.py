@@ -20,8 +20,9 @@ the repository runs it against local disk, ``memory://``, the GCS emulator and m
   that was appended. On an object store they are staged (memory and a local spill
   journal) and uploaded in the background; see :class:`FsspecStorage`. A crash in the
   middle of an append may leave a torn last line, which readers drop.
-- ``truncate(name, size)`` cuts a file to its first ``size`` bytes (in place locally;
-  one atomic rewrite of the prefix on an object store).
+- ``truncate(name, size)`` cuts a file to its first ``size`` bytes, atomically (in place
+  locally; on an object store the object is cut where it lies: S3 server-side, GCS by
+  streaming the prefix back in bounded pieces; see :meth:`FsspecStorage.cut`).
 - ``pending()`` is the bytes not yet on the backend, per name (``{}`` when writes go
   straight through), so a caller can see whether a slow upload makes progress.
 - ``flush(durable=False, timeout=None)`` pushes staged appends to the backend and

@@ -134,6 +134,7 @@ class ProxyStats:
     faults: int = 0
     by_method: Counter = field(default_factory=Counter)
     log: list[tuple[str, str, int]] = field(default_factory=list)  # (method, path, body bytes)
+    responses: list[tuple[str, str, int]] = field(default_factory=list)  # (method, path, response body bytes)
 
 
 class FaultProxy:
@@ -227,6 +228,7 @@ class FaultProxy:
                     return
                 with proxy._lock:
                     proxy.stats.download_bytes += len(payload)
+                    proxy.stats.responses.append((self.command, self.path, len(payload)))
                 self.send_response(status)
                 head = self.command == "HEAD"  # keep the server's Content-Length: it is the size
                 for key, value in headers:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import decimal
 import enum
+import functools
 import json
 import math
 import numbers
@@ -214,7 +215,9 @@ class MetricsEncoder:
 
     ``encode_row(step, metrics)`` returns the row including its trailing ``\\n``, e.g.
     ``b'{"step":3,"env/all/reward/total":0.5,"entropy":NaN}\\n'``. The returned object is
-    a reused buffer: write it before the next call.
+    a reused buffer: write it before the next call. String values pass through
+    `rllog._format.redact.redact_metric` (a secret in a logged string becomes
+    ``<redacted>``, as in config.json).
 
     Raises:
         TypeError: ``step`` is not an int (numpy ints are converted), a key is not a
@@ -262,6 +265,8 @@ class MetricsEncoder:
         # Non-finite floats (msgspec would write null) and ints past 64 bits (JSON readers
         # reject them). For all-numeric rows a C-level sum, min and max tell (x - x is 0.0
         # only for finite x); other rows are scanned.
+        if str in types:
+            metrics = {k: _redacted(k, v) if type(v) is str else v for k, v in metrics.items()}
         if types <= _NUMERIC:
             try:
                 total = sum(values)
@@ -331,6 +336,15 @@ class MetricsEncoder:
         buf = self._buf
         buf[:] = json.dumps(row, ensure_ascii=False, separators=(",", ":"), allow_nan=True).encode() + b"\n"
         return buf
+
+
+@functools.lru_cache(maxsize=4096)
+def _redacted(key: str, value: str) -> str:
+    """A metric's string value with secrets replaced (:func:`rllog._format.redact.redact_metric`):
+    a label repeated every row costs one cache lookup; a new long string ~50 us."""
+    from rllog._format.redact import redact_metric  # its patterns compile on first use, not at import
+
+    return redact_metric(key, value)
 
 
 def _check_step(step: Any) -> int:

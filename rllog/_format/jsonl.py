@@ -11,6 +11,7 @@ accepted (:func:`rllog._format.codec.decode_json`).
 from __future__ import annotations
 
 import re
+import zlib
 from collections.abc import Iterator
 from typing import Any, Protocol
 
@@ -18,7 +19,16 @@ import msgspec
 
 from rllog._format.codec import decode_json
 
-__all__ = ["Readable", "iter_lines", "row_step", "parse_lines", "JsonlTail"]
+__all__ = [
+    "Readable",
+    "iter_lines",
+    "row_step",
+    "parse_lines",
+    "rewrite_reason",
+    "JsonlTail",
+    "TAIL_WINDOW",
+    "last_line_crc",
+]
 
 
 class Readable(Protocol):
@@ -54,6 +64,20 @@ def row_step(line: bytes) -> Any:
 
 
 _decode_fast = msgspec.json.decode
+
+#: bytes before a point of a file that :func:`last_line_crc` looks at (the last line, at most this minus one)
+TAIL_WINDOW = 4097
+
+
+def last_line_crc(tail: bytes) -> int | None:
+    """CRC-32 of the last line of ``tail`` (the bytes before a point of a JSONL file, at
+    least its last :data:`TAIL_WINDOW`), without its newline and at most its last
+    ``TAIL_WINDOW - 1`` bytes: a fingerprint of where a file stood (checkpoint records'
+    ``metrics_at``). None when ``tail`` does not end with a newline (not a line boundary)."""
+    if not tail.endswith(b"\n"):
+        return None
+    line = tail[-TAIL_WINDOW:-1]
+    return zlib.crc32(line[line.rfind(b"\n") + 1 :])
 
 
 def parse_lines(
@@ -98,6 +122,38 @@ def parse_lines(
 _HEAD_BYTES = 256
 
 
+def rewrite_reason(
+    storage: Readable, name: str, offset: int, size: int, head: bytes, last: bytes
+) -> str | None:
+    """Why file ``name``, read up to byte ``offset`` and now ``size`` bytes long, is not the
+    file that was read (the words of a message: ``"it shrank from"``, ``"its first bytes
+    changed at"``, ``"it was cut and grew again past"``), or None when it only grew.
+
+    ``head``: its first bytes as read; ``last``: the bytes read last, ending at ``offset``
+    (empty to skip that check, e.g. when the caller compares them itself). A file gone
+    while looking counts as changed.
+
+    Raises:
+        OSError: the storage failed.
+    """
+    if size < offset:
+        return "it shrank from"
+    if size == offset:
+        return None
+    if head and _read_or_none(storage, name, 0, len(head)) != head:
+        return "its first bytes changed at"
+    if last and _read_or_none(storage, name, offset - len(last), offset) != last:
+        return "it was cut and grew again past"
+    return None
+
+
+def _read_or_none(storage: Readable, name: str, start: int, end: int) -> bytes | None:
+    try:
+        return storage.read_range(name, start, end)
+    except FileNotFoundError:
+        return None
+
+
 class JsonlTail:
     """Reads a growing JSONL file of a :class:`Readable` (any Storage) incrementally.
 
@@ -127,14 +183,18 @@ class JsonlTail:
         self.rewritten = False
         self._head = b""  # the first bytes read, to notice a rewrite (see poll)
         self._last = b""  # the last bytes consumed (ending at offset), to notice a file cut and regrown
+        self._open = False  # the last line consumed had no newline yet: the next "\n" ends it
 
-    def _same_head(self) -> bool:
-        """Whether the file still starts with the bytes first read (a file that grew past the
-        old offset may still be another file: rows moved aside, then new ones appended)."""
-        try:
-            return self.storage.read_range(self.name, 0, len(self._head)) == self._head
-        except FileNotFoundError:
-            return False
+    def seek(self, offset: int, lines: int = 0) -> None:
+        """Read from byte ``offset`` on (the start of line ``lines + 1``), as a new reader
+        would: what earlier polls read is forgotten (their last bytes and problems), so
+        the next :meth:`poll` does not take the jump for a rewritten file."""
+        self.offset, self.lines = offset, lines
+        self.problems = []
+        self.torn = None
+        self.rewritten = False
+        self._head = self._last = b""
+        self._open = False
 
     def poll(self, final: bool = False, end: int | None = None) -> list[tuple[int, dict]]:
         """New ``(line_number, object)`` rows since the last poll; ``[]`` if the file is missing.
@@ -153,11 +213,8 @@ class JsonlTail:
             return []
         if end is not None:
             size = min(size, end)
-        changed = None
-        if size < self.offset:
-            changed = "it shrank from"
-        elif size > self.offset and self._head and not self._same_head():
-            changed = "its first bytes changed at"
+        # the last bytes consumed are read again with the new ones below (one read less)
+        changed = rewrite_reason(self.storage, self.name, self.offset, size, self._head, b"")
         data = b""
         if changed is None and size > self.offset:
             # read the last bytes consumed again with the new ones: a file cut (rows moved
@@ -173,6 +230,7 @@ class JsonlTail:
             )
             self.offset = self.lines = 0
             self._head = self._last = b""
+            self._open = False
             self.rewritten = True
             data = b""
         self.torn = None
@@ -184,12 +242,15 @@ class JsonlTail:
             self._head = data[:_HEAD_BYTES]
         end = data.rfind(b"\n") + 1
         complete, rest = data[:end], data[end:]
-        rows, problems = parse_lines(complete, self.name, self.lines + 1)
+        first, newlines = self.lines + 1, complete.count(b"\n")
+        if self._open and end:  # the first newline ends the line already counted
+            first, newlines, self._open = first - 1, newlines - 1, False
+        rows, problems = parse_lines(complete, self.name, first)
         self.problems += problems
         if end:
             self._last = (self._last + complete[-_HEAD_BYTES:])[-_HEAD_BYTES:]
         self.offset += end
-        self.lines += complete.count(b"\n")
+        self.lines += newlines
         if rest and final and rest.strip():
             last, _ = parse_lines(rest, self.name, self.lines + 1)
             if last:
@@ -197,6 +258,7 @@ class JsonlTail:
                 self._last = (self._last + rest[-_HEAD_BYTES:])[-_HEAD_BYTES:]
                 self.offset += len(rest)
                 self.lines += 1
+                self._open = True
             else:
                 self.torn = (
                     f"{self.name} line {self.lines + 1}: torn final line ({len(rest)} bytes, no newline, "

@@ -22,6 +22,7 @@ from rllog._format.jsonl import iter_lines
 from rllog._format.redact import REDACTED  # config.json: what a secret-looking value is replaced by
 
 __all__ = [
+    "METRICS_AT_KEY",
     "REDACTED",
     "TYPE_KEY",
     "ResumeState",
@@ -34,7 +35,11 @@ __all__ = [
 #: config.json: the key holding ``"module:qualname"`` of a chz subclass value, so load_config rebuilds it
 TYPE_KEY = "__chz_type__"
 
-_KNOWN = ("name", "batch", "epoch", "final", "state_path", "sampler_path")
+#: checkpoint record key rllog adds: where metrics.jsonl stood when the record was taken,
+#: ``{"bytes": <its size>, "last_line_crc32": <last_line_crc of the bytes before>}``, so
+#: a resume reads only the rows logged after the checkpoint (rllog._write.resume)
+METRICS_AT_KEY = "metrics_at"
+_KNOWN = ("name", "batch", "epoch", "final", "state_path", "sampler_path", METRICS_AT_KEY)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +51,8 @@ class ResumeState:
         batch: the next batch to run (the loop starts there); with a custom
             ``resume_key`` the value of that key.
         epoch, final, state_path, sampler_path: as recorded, None when absent.
-        loop_state: every other key of the record (the loop's own extras).
+        loop_state: every other key of the record (the loop's own extras; not
+            ``metrics_at``, rllog's own bookkeeping).
         record: the whole record as read from checkpoints.jsonl.
     """
 

@@ -239,6 +239,16 @@ def redact_value(key: str | None, value: str, parent: str | None = None) -> str:
     return redact_text(value)
 
 
+def redact_metric(key: str, value: str) -> str:
+    """A string logged as metric ``key`` (``/``-separated like ``"wandb/api_key"``):
+    ``<redacted>`` when the key or its section names a secret, else
+    :func:`redact_value` under its last part."""
+    name = key.replace("/", ".")
+    if value and _assigned_secret(name):
+        return REDACTED
+    return redact_value(name.rpartition(".")[2], value)
+
+
 def redact_tree(value: Any, key: str | None = None, parent: str | None = None) -> Any:
     """A JSON tree (dicts, lists, strings, numbers) with every secret replaced: string
     leaves by :func:`redact_value` under their key; every string under a secret key (a
@@ -364,13 +374,21 @@ _PLUGINS = (
 @functools.lru_cache(maxsize=1)
 def _detectors() -> tuple[Any, ...]:
     import importlib
+    import warnings
 
+    # detect-secrets' import calls ``logging.captureWarnings(True)``, which would send every
+    # warning of the user's process (rllog's own "could not write" included) to logging
+    # and out of ``warnings.catch_warnings``: the hook is put back as it was.
+    showwarning = warnings.showwarning
     found = []
-    for module, name in _PLUGINS:
-        try:
-            found.append(getattr(importlib.import_module(module), name)())
-        except Exception:  # detect-secrets missing or a plugin renamed: the patterns still apply
-            continue
+    try:
+        for module, name in _PLUGINS:
+            try:
+                found.append(getattr(importlib.import_module(module), name)())
+            except Exception:  # detect-secrets missing or a plugin renamed: the patterns still apply
+                continue
+    finally:
+        warnings.showwarning = showwarning
     return tuple(found)
 
 

@@ -22,7 +22,7 @@ from rllog.storage import Storage, open_storage
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["read_rollouts", "decode_rollout_summaries", "rollouts_dataframe"]
+__all__ = ["read_rollouts", "decode_rollout_summaries", "decode_readable_records", "rollouts_dataframe"]
 
 
 _DECODER = msgspec.json.Decoder(TrajectorySummary)
@@ -81,6 +81,21 @@ def decode_rollout_summaries(data: bytes, where: str = "rollout summaries") -> l
                 break
             raise RunFormatError(f"{where}, line {i + 1}: not a rollout summary record: {e}") from None
     return out
+
+
+def decode_readable_records(data: bytes, where: str) -> tuple[list[TrajectorySummary], list[str]]:
+    """Every line of a ``*_rollout_summaries.jsonl`` file's bytes that is a record, and one
+    message per line that is not (``"<where> line 3: not a rollout summary record: ..."``):
+    for a search, which should find what a damaged file still holds and say what it skipped."""
+    records, problems = [], []
+    for i, line in enumerate(data.split(b"\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(_decode_line(line))
+        except (ValueError, msgspec.ValidationError) as e:
+            problems.append(f"{where} line {i}: not a rollout summary record, skipped: {e}")
+    return records, problems
 
 
 def _rollout_files(

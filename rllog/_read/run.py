@@ -45,6 +45,7 @@ from rllog._format.vocab import STEP_KEYS, is_eval
 from rllog._read.columnar import read_frame
 from rllog._read.foreign import trl_rows
 from rllog._read.stream import StreamedRows
+from rllog._read.table import MetricTable
 from rllog.errors import RunFormatError
 from rllog.storage import LocalStorage, Storage, open_storage
 
@@ -143,6 +144,7 @@ class Run:
         self._frames.clear()
         self._rows_resolver: StepResolver | None = None
         self._streamed: StreamedRows | None = None
+        self._table: MetricTable | None = None
         self._size_at_load = 0  # bytes of the metrics file when read: what lazy parsing reads
         self._one_clean_segment = False  # the columnar read found every row standing, no damage
         raw: list[tuple[int, dict]] | None = None
@@ -267,8 +269,6 @@ class Run:
         """
         if self._tail is None:  # a trainer_state.json is read whole
             return []
-        self._iterations = None
-        self._superseded_iterations = None
         self._one_clean_segment = False
         self._streamed = None
         resolver = self._resolver  # parse what was there before, so only new rows are returned
@@ -280,6 +280,48 @@ class Run:
             return list(self.rows)
         for line, row in rows:
             resolver.add(line, row)
+        if self._table is not None:
+            self._table.poll()
+            if self._table.rewritten:  # rewritten between the two reads: read it again when asked
+                self._table = None
+        self._refresh_siblings()
+        return [row for _, row in rows]
+
+    def refresh_table(self) -> bool:
+        """:meth:`refresh` for a reader of :meth:`table`: the bytes appended to the metrics
+        file since the last read go into the table's columns; no row dict is kept and the
+        rows are not parsed (if :attr:`rows` was read before, they are kept current too).
+        Checkpoints, config, iterations and moved-aside rows are read again as by :meth:`refresh`.
+
+        Returns True when the metric rows changed (rows added or merged, a restart, rows
+        moved aside, the file rewritten and read again).
+
+        Raises:
+            OSError: the storage failed.
+        """
+        if self._tail is None:  # a trainer_state.json is read whole
+            return False
+        if self._rows_resolver is not None:
+            before = (self.rows_read, self.superseded_count)
+            self.refresh()
+            return (self.rows_read, self.superseded_count) != before
+        table = self.table()
+        version, aside = table.version, len(self._moved_aside)
+        table.poll()
+        if table.rewritten:
+            note = table.problems[-1]
+            self._load()
+            self._notes.append(note)
+            self.table()
+            return True
+        self._streamed = None
+        self._refresh_siblings()
+        return table.version != version or len(self._moved_aside) != aside
+
+    def _refresh_siblings(self) -> None:
+        """Read again what lies beside the metrics file: iterations, moved-aside rows, checkpoints, config."""
+        self._iterations = None
+        self._superseded_iterations = None
         # a resume moves rows aside before it cuts metrics.jsonl: read them as they come
         aside = self._poll_moved_aside()
         if self._aside_tail is not None and self._aside_tail.rewritten:
@@ -291,7 +333,6 @@ class Run:
         if self._ckpt_tail is not None:
             self.checkpoints += [row for _, row in self._ckpt_tail.poll()]
         self.config = self._read_config()
-        return [row for _, row in rows]
 
     # -- metrics -------------------------------------------------------------------------
     @property
@@ -314,6 +355,37 @@ class Run:
             return iter(self.rows)
         return self._stream().rows()
 
+    def table(self) -> MetricTable:
+        """The standing metric rows as float64 columns (:class:`rllog._read.table.MetricTable`:
+        one array per metric, rows as :attr:`rows` orders them), read in one chunked pass on
+        first use without keeping a dict per row, kept current by :meth:`refresh_table` (or
+        :meth:`refresh`). Treat its arrays as read-only.
+
+        Raises:
+            OSError: the storage failed.
+        """
+        if self._table is None:
+            if self._tail is None:  # a trainer_state.json: its rows are read already
+                r = self._resolver
+                self._table = MetricTable.of_rows(self.step_key, r.kept, [row for _, row in r.unstepped])
+            else:
+                self._table = MetricTable(self.storage, self.metrics_name, self.step_key, self._size_at_load)
+        return self._table
+
+    @property
+    def moved_aside_rows(self) -> list[dict[str, Any]]:
+        """The rows the writer moved into ``metrics.superseded.jsonl`` on resume, as dicts
+        (``_source``, ``_line``, then the row as logged): the part of :attr:`superseded_rows`
+        that is not in the metrics file."""
+        aside = self._sibling(SUPERSEDED_FILE)
+        return [{"_source": aside, "_line": line, **row} for line, row in self._moved_aside]
+
+    def _scanned(self) -> StreamedRows | None:
+        """What read the metrics file when its rows were never parsed: the table, else the stream."""
+        if self._rows_resolver is not None:
+            return None
+        return self._table if self._table is not None else self._streamed
+
     def _stream(self) -> StreamedRows:
         """The rule's pass over the metrics file without keeping rows (on first use)."""
         if self._streamed is None:
@@ -324,31 +396,28 @@ class Run:
     @property
     def rows_read(self) -> int:
         """Metric rows parsed from the file (standing, merged and superseded)."""
-        if self._rows_resolver is None and self._streamed is not None:
-            return self._streamed.added
-        return self._resolver.added
+        scan = self._scanned()
+        return scan.added if scan is not None else self._resolver.added
 
     @property
     def superseded_count(self) -> int:
         """``len(superseded_rows)`` without building the rows (streamed when rows were not read)."""
         aside = len(self._moved_aside)
         if self._rows_resolver is None and self._tail is not None:
-            return self._stream().superseded + aside
+            return (self._scanned() or self._stream()).superseded + aside
         return len(self._resolver.superseded) + aside
 
     @property
     def restarts(self) -> list[tuple[int, Any]]:
         """``(line, step)`` where each restart found in the metrics file begins (empty for one segment)."""
-        if self._rows_resolver is None and self._streamed is not None:
-            return list(self._streamed.restarts)
-        return list(self._resolver.restarts)
+        scan = self._scanned()
+        return list(scan.restarts if scan is not None else self._resolver.restarts)
 
     @property
     def merged_rows(self) -> int:
         """Rows merged into an earlier row of the same step (eval-only rows, summary rows, late eval results)."""
-        if self._rows_resolver is None and self._streamed is not None:
-            return self._streamed.merged
-        return self._resolver.merged
+        scan = self._scanned()
+        return scan.merged if scan is not None else self._resolver.merged
 
     def _frame(self, what: str, build) -> pd.DataFrame:
         version = -1 if self._rows_resolver is None else self._rows_resolver.version
@@ -432,8 +501,7 @@ class Run:
             {"_source": self.metrics_name, "_line": line, **row}
             for line, row in sorted(self._resolver.superseded, key=_line)
         ]
-        aside = self._sibling(SUPERSEDED_FILE)
-        return out + [{"_source": aside, "_line": line, **row} for line, row in self._moved_aside]
+        return out + self.moved_aside_rows
 
     # -- iterations and their artifacts --------------------------------------------------------
     def files(self) -> list[tuple[str, int]]:
@@ -606,8 +674,8 @@ class Run:
         object, or a torn last line), with its line number; the reader skipped them.
         Part of :attr:`warnings`; ``rllog doctor`` reports them as a finding."""
         out: list[str] = []
-        streamed = self._streamed if self._rows_resolver is None else None
-        metrics = streamed if streamed is not None else self._tail  # streamed (rllog doctor): its words
+        scanned = self._scanned()
+        metrics = scanned if scanned is not None else self._tail  # streamed (rllog doctor), table (serve)
         for tail in (metrics, self._ckpt_tail):
             if tail is not None:
                 out += [p for p in tail.problems if " line " in p] + ([tail.torn] if tail.torn else [])
@@ -621,8 +689,8 @@ class Run:
         if self._rows_resolver is None and self._one_clean_segment:
             tail = self._ckpt_tail  # the metrics file parsed whole, one segment: nothing to say of it
             return out + (tail.problems + ([tail.torn] if tail.torn else []) if tail is not None else [])
-        streamed = self._streamed if self._rows_resolver is None else None
-        if streamed is not None:  # the file was streamed (rllog summary): its counts, same words
+        streamed = self._scanned()
+        if streamed is not None:  # the file was streamed (rllog summary) or tabled (serve): same words
             out += streamed.problems + ([streamed.torn] if streamed.torn else [])
             restarts, superseded, unstepped = streamed.restarts, streamed.superseded, streamed.unstepped
         else:

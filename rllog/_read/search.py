@@ -20,7 +20,7 @@ from typing import Any
 
 from rllog._format.codec import decode_json
 from rllog._format.layout import parse_iteration_file
-from rllog._read.rollouts import decode_rollout_summaries
+from rllog._read.rollouts import decode_readable_records, decode_rollout_summaries
 from rllog.storage import Storage
 
 __all__ = ["compile_pattern", "search_run"]
@@ -63,17 +63,23 @@ def _group_of(attrs: Any) -> int | None:
     return None
 
 
-def _logtree_texts(root: Any) -> Iterator[tuple[int | None, str, str]]:
-    """``(group or None, field, text)`` for the searchable strings of a logtree, in document order.
+def _logtree_texts(root: Any) -> Iterator[tuple[int | None, str, str, str]]:
+    """``(group or None, field, text, anchor)`` for the searchable strings of a logtree, in document order.
 
     ``field``: ``"text (p)"`` for a text node in a ``<p>``; ``"messages[1].content (assistant)"``
-    for a conversation message.
+    for a conversation message. ``anchor``: the id of the element showing the text in the
+    iteration's HTML report (:mod:`rllog.logtree._render`'s rule: nodes numbered in
+    document order from the root, 0; ``lt-N`` for a ``p``/``pre`` text, a section's or
+    a group's heading or a ``details`` summary; ``lt-N-I`` for message I of conversation
+    node N, or for a bare string that is child I of node N).
     """
-    stack: list[tuple[Any, int | None]] = [(root, None)]
+    number = 0
+    stack: list[tuple[Any, int | None, str | None]] = [(root, None, None)]  # node, group, role
     while stack:
-        node, group = stack.pop()
+        node, group, role = stack.pop()
         if not isinstance(node, dict):
             continue
+        n, number = number, number + 1
         own = _group_of(node.get("attrs"))
         group = own if own is not None else group
         data = node.get("data")
@@ -81,22 +87,33 @@ def _logtree_texts(root: Any) -> Iterator[tuple[int | None, str, str]]:
             for i, msg in enumerate(data.get("messages") or ()):
                 if not isinstance(msg, dict):
                     continue
-                role = msg.get("role")
+                who = msg.get("role")
                 for key, value in msg.items():
                     if key in _MESSAGE_IDS:
                         continue
                     for path, text in _strings(value, f"messages[{i}].{key}"):
-                        yield group, f"{path} ({role})" if isinstance(role, str) else path, text
+                        yield group, f"{path} ({who})" if isinstance(who, str) else path, text, f"lt-{n}-{i}"
         children = node.get("children")
         if not isinstance(children, list):
             continue
         tag = node.get("tag")
+        block = role == "heading" or tag in ("p", "pre")  # shown as one element
+        # the child the page shows as a heading: a section's first, a details' summary, and
+        # in a group (a details of class lt-group) the heading inside its summary
+        first: str | None = None
+        if tag == "section" or role == "group summary":
+            first = "heading"
+        elif tag == "details":
+            attrs = node.get("attrs")
+            first = (
+                "group summary" if isinstance(attrs, dict) and attrs.get("class") == "lt-group" else "heading"
+            )
         nodes = []
-        for child in children:
+        for at, child in enumerate(children):
             if isinstance(child, str):
-                yield group, f"text ({tag})", child
+                yield group, f"text ({tag})", child, f"lt-{n}" if block else f"lt-{n}-{at}"
             else:
-                nodes.append((child, group))
+                nodes.append((child, group, first if at == 0 else None))
         stack.extend(reversed(nodes))
 
 
@@ -110,7 +127,12 @@ def _hit(m: re.Match[str], text: str, context: int, **where: Any) -> dict[str, A
 
 
 def search_run(
-    storage: Storage, pattern: re.Pattern[str], *, limit: int = 200, context: int = 60
+    storage: Storage,
+    pattern: re.Pattern[str],
+    *,
+    limit: int = 200,
+    context: int = 60,
+    problems: list[str] | None = None,
 ) -> tuple[list[dict[str, Any]], int]:
     """Hits of ``pattern`` in the rollout summaries and logtrees of the run in ``storage``.
 
@@ -121,8 +143,12 @@ def search_run(
     for this split, None if it has none). ``kind`` is ``"rollout"`` (also ``"traj"``,
     ``"step"``; ``split`` as the record says) or ``"logtree"`` (``group``: the enclosing
     :func:`rllog.logtree.group`, None outside one; ``split``: ``"train"`` or
-    ``"eval/<name>"``). A damaged file is skipped.
+    ``"eval/<name>"``; ``anchor``: the id of the element showing the text in ``report``,
+    for a ``report#anchor`` link). A damaged logtree file is skipped, and so is each damaged
+    line of a rollout summaries file (its other lines are searched); ``problems``, when
+    given, gets one message per file or line skipped.
     """
+    said = problems if problems is not None else []
     hits: list[dict[str, Any]] = []
     arts = [a for a in map(parse_iteration_file, storage.list()) if a is not None]
     reports = {(a.iteration, a.eval_name): a.name for a in arts if a.kind == "html"}
@@ -141,23 +167,41 @@ def search_run(
         if is_logtree:
             try:
                 doc = decode_json(storage.read(name))
-            except (OSError, ValueError):
+            except (OSError, ValueError) as exc:
+                said.append(f"{name}: not searched ({type(exc).__name__}: {exc})")
                 continue
             split = f"eval/{eval_name}" if eval_name else "train"
-            for group, field, text in _logtree_texts(doc.get("root") if isinstance(doc, dict) else None):
+            root = doc.get("root") if isinstance(doc, dict) else None
+            for group, field, text, anchor in _logtree_texts(root):
                 m = pattern.search(text)
                 if m is None:
                     continue
                 hits.append(
-                    _hit(m, text, context, kind="logtree", **where, split=split, group=group, field=field)
+                    _hit(
+                        m,
+                        text,
+                        context,
+                        kind="logtree",
+                        **where,
+                        split=split,
+                        group=group,
+                        field=field,
+                        anchor=anchor,
+                    )
                 )
                 if len(hits) >= limit:
                     return hits, n_files
             continue
         try:
-            records = decode_rollout_summaries(storage.read(name), name)
-        except (OSError, ValueError):
+            data = storage.read(name)
+        except OSError as exc:
+            said.append(f"{name}: not searched ({type(exc).__name__}: {exc})")
             continue
+        try:
+            records = decode_rollout_summaries(data, name)
+        except ValueError:  # a damaged line: search the others
+            records, skipped = decode_readable_records(data, name)
+            said.extend(skipped)
         for rec in records:
             for step in rec.steps:
                 for field, text in _strings(step.logs, ""):

@@ -19,19 +19,25 @@ Steps are compared as floats (exact for integer steps below 2**53).
 
 from __future__ import annotations
 
+import operator
 from array import array
 from bisect import bisect_left
 from collections.abc import Iterator
-from itertools import accumulate
 from typing import Any, cast
 
 from rllog._format.codec import decode_json
 from rllog._format.jsonl import Readable, parse_lines
 
-__all__ = ["CHUNK_BYTES", "StreamedRows"]
+#: bytes of the file's start, and of the last bytes consumed, kept to notice a rewrite
+_KEEP_BYTES = 256
+
+__all__ = ["CHUNK_BYTES", "StreamedRows", "line_spans"]
 
 CHUNK_BYTES = 1 << 20
-"""Bytes read (and parsed) at a time; a longer line is read whole."""
+"""Bytes parsed at a time; a longer line is parsed whole."""
+
+READ_BYTES = 8 << 20
+"""Bytes a scan reads at a time from a bucket (one request); a local file is read a chunk at a time."""
 
 
 def _clashes(old: dict[str, Any], new: dict[str, Any], step_key: str) -> bool:
@@ -71,6 +77,11 @@ class StreamedRows:
         self.restarts: list[tuple[int, Any]] = []
         self.problems: list[str] = []
         self.torn: str | None = None
+        self.offset = 0  # bytes consumed (whole lines, and a parsed unterminated last line)
+        self.lines = 0  # lines consumed
+        self._head = b""  # the file's first bytes, and the last bytes consumed (see rewrite_reason)
+        self._last = b""
+        self._open_line = False  # the last line consumed had no newline (yet): the next one ends it
         # the standing stepped rows, in step order: step, first line's number, offset, length
         self._steps = array("d")
         self._line = array("q")
@@ -81,7 +92,7 @@ class StreamedRows:
         self._un_len = array("q")
         self._top: tuple[int, list[dict[str, Any]]] | None = None  # highest step: (first line, rows)
         try:
-            self._scan()
+            self._scan(end, final=True)
         except FileNotFoundError:
             pass
         self._top = None
@@ -96,12 +107,22 @@ class StreamedRows:
 
     # -- pass 1: the rule -----------------------------------------------------------------
 
-    def _scan(self) -> None:
-        storage, name, end = self._storage, self._name, self._end
-        offset = lines = 0
+    def _scan(self, end: int, final: bool) -> None:
+        """Apply the rule to the lines from :attr:`offset` to byte ``end``, a chunk at a time.
+
+        ``final``: also parse an unterminated last line (consumed when it is a JSON object,
+        else :attr:`torn` says so); without it such a line is left for a later scan.
+        """
+        name = self._name
+        offset, lines = self.offset, self.lines
+        if self._open_line and offset < end:  # the next newline ends a line already counted
+            lines -= 1
         chunk = CHUNK_BYTES
+        # a bucket answers each read with a request: read READ_BYTES at a time there
+        window = _Window(self._storage, name, end)
+        ahead = READ_BYTES if "://" in self._storage.url else 0
         while offset < end:
-            data = storage.read_range(name, offset, min(end, offset + chunk))
+            data = window.read(offset, min(end, offset + chunk) - offset, ahead)
             if not data:
                 break
             cut = data.rfind(b"\n") + 1
@@ -109,30 +130,114 @@ class StreamedRows:
                 chunk *= 2
                 continue
             chunk = CHUNK_BYTES
+            if offset == 0:
+                self._head = data[:_KEEP_BYTES]
             complete = data[:cut]
-            if complete:
-                rows, problems = parse_lines(complete, name, lines + 1)
+            if complete and not self._take(complete, offset, lines + 1):
+                rows, problems = self._parse(complete, lines + 1)
                 self.problems += problems
-                parts = complete.split(b"\n")
-                starts = [0, *accumulate(len(p) + 1 for p in parts)]
-                first = lines + 1
-                for line, row in rows:
-                    i = line - first
-                    self._add(line, offset + starts[i], len(parts[i]), row)
-                lines += len(parts) - 1
+                self._place(rows, complete, offset, lines + 1)
+            if complete:
+                lines += complete.count(b"\n")
                 offset += cut
+                self.offset, self.lines, self._open_line = offset, lines, False
+                self._last = (self._last + complete[-_KEEP_BYTES:])[-_KEEP_BYTES:]
+                self._chunk_done()
             rest = data[cut:]
             if rest and offset + len(rest) >= end:  # the unterminated last line (JsonlTail final=True)
-                if rest.strip():
-                    last, _ = parse_lines(rest, name, lines + 1)
+                if final and rest.strip():
+                    last, _ = self._parse(rest, lines + 1)
                     if last:
                         self._add(lines + 1, offset, len(rest), last[0][1])
+                        self.offset, self.lines = offset + len(rest), lines + 1
+                        self._open_line = True
+                        self._last = (self._last + rest[-_KEEP_BYTES:])[-_KEEP_BYTES:]
+                        self._chunk_done()
                     else:
                         self.torn = (
                             f"{name} line {lines + 1}: torn final line ({len(rest)} bytes, no newline, "
                             "not JSON; the writer was probably killed mid-row); ignored"
                         )
                 break
+
+    def _take(self, data: bytes, offset: int, first: int) -> bool:
+        """A subclass's faster way to place whole lines ``data`` (from byte ``offset``, the
+        first numbered ``first``); False (nothing done) to have them parsed row by row."""
+        return False
+
+    def _parse(self, data: bytes, first_line: int) -> tuple[list[tuple[int, dict[str, Any]]], list[str]]:
+        """``data``'s rows and problems, as :func:`rllog._format.jsonl.parse_lines` gives them."""
+        return parse_lines(data, self._name, first_line)
+
+    def _place(self, rows: list[tuple[int, dict[str, Any]]], data: bytes, offset: int, first: int) -> None:
+        """Apply the rule to ``rows``, parsed from ``data`` (whole lines, from byte ``offset``,
+        the first numbered ``first``). A chunk whose rows all have a step, increasing and
+        above every standing step (nearly every chunk of a metrics file) is appended at once."""
+        import numpy as np
+
+        starts, lens = line_spans(data, offset)
+        if len(rows) != len(starts):  # blank or damaged lines: the rows' own lines
+            at = np.fromiter((line - first for line, _ in rows), dtype=np.int64, count=len(rows))
+            starts, lens = starts[at], lens[at]
+        offs, lens = starts.tolist(), lens.tolist()
+        if not self._append_all(rows, offs, lens):
+            add = self._add
+            for (line, row), off, n in zip(rows, offs, lens, strict=True):
+                add(line, off, n, row)
+
+    def _append_all(self, rows: list[tuple[int, dict[str, Any]]], offs: list[int], lens: list[int]) -> bool:
+        """Append ``rows`` as :meth:`_add` would if each has a step, the steps increase and the
+        first is above the last standing step; False (nothing done) otherwise."""
+        key = self._key
+        if key is None or not rows:
+            return False
+        steps: list[Any] = [row.get(key) for _, row in rows]
+        kinds = set(map(type, steps))
+        if not kinds <= {int, float} or (float in kinds and any(s != s for s in steps)):
+            return False
+        if not all(map(operator.lt, steps, steps[1:])) or not self._above(steps[0]):
+            return False
+        self._append_positions([line for line, _ in rows], steps, offs, lens, rows[-1][1])
+        self._appended_rows([row for _, row in rows])
+        return True
+
+    def _above(self, step: float) -> bool:
+        """True when ``step`` is above every standing step (a row of it starts no repeat)."""
+        return not self._steps or step > self._steps[-1]
+
+    def _append_positions(
+        self, lines: list[int], steps: list[Any], offs: list[int], lens: list[int], last: dict[str, Any]
+    ) -> None:
+        """Append stepped rows known to stand after the others (steps increasing, above the
+        last standing one): their positions; ``last`` is the last row (as logged)."""
+        self.added += len(lines)
+        self._steps.extend(steps)
+        self._line.extend(lines)
+        self._off.extend(offs)
+        self._len.extend(lens)
+        self._top = (lines[-1], [last])
+
+    # what a subclass keeping the rows' values learns of each decision (nothing here)
+    def _appended(self, row: dict[str, Any]) -> None:
+        """``row`` became the last standing stepped row."""
+
+    def _appended_rows(self, rows: list[dict[str, Any]]) -> None:
+        """``rows`` became the last standing stepped rows, in this order."""
+
+    def _merged_into(self, i: int, row: dict[str, Any]) -> None:
+        """``row`` was merged into standing stepped row ``i``."""
+
+    def _inserted(self, i: int, row: dict[str, Any]) -> None:
+        """``row`` (a late row) became standing stepped row ``i``."""
+
+    def _cut(self, i: int) -> None:
+        """Standing stepped rows ``i`` and after are superseded (a restart; called before they go)."""
+
+    def _unstepped_row(self, row: dict[str, Any]) -> None:
+        """``row`` has no step: kept after the stepped rows."""
+
+    def _chunk_done(self) -> None:
+        """A chunk of lines was placed (a subclass may convert what it gathered)."""
 
     def _add(self, line: int, off: int, n: int, row: dict[str, Any]) -> None:
         """:meth:`StepResolver.add` on positions: the same decisions, rows read back when needed."""
@@ -142,6 +247,7 @@ class StreamedRows:
         if key is None or type(value) not in (int, float) or value != value:
             self._un_off.append(off)
             self._un_len.append(n)
+            self._unstepped_row(row)
             return
         step = cast(float, value)  # an int or a float here
         steps = self._steps
@@ -149,6 +255,7 @@ class StreamedRows:
             i = bisect_left(steps, step)
             if steps[i] != step:  # a late row for a step with no row yet
                 self._insert(i, step, line, off, n)
+                self._inserted(i, row)
                 return
             logged = self._logged(i)
             replays = any(r.keys() == row.keys() for r in logged)
@@ -158,13 +265,16 @@ class StreamedRows:
                 if self._top is not None and self._top[0] == self._line[i]:
                     self._top[1].append(row)
                 self.merged += 1
+                self._merged_into(i, row)
                 return
             self.restarts.append((line, step))
+            self._cut(i)
             for first in self._line[i:]:
                 self.superseded += 1 + len(self._extra.pop(first, ()))
             del steps[i:], self._line[i:], self._off[i:], self._len[i:]
         self._insert(len(steps), step, line, off, n)
         self._top = (line, [row])
+        self._appended(row)
 
     def _insert(self, i: int, step: float, line: int, off: int, n: int) -> None:
         self._steps.insert(i, step)
@@ -211,6 +321,18 @@ class StreamedRows:
             yield read(off, n)
 
 
+def line_spans(data: bytes, offset: int) -> tuple[Any, Any]:
+    """``(starts, lengths)`` of the newline-terminated lines of ``data`` (int64 arrays; starts
+    counted from byte ``offset``, lengths without the newline)."""
+    import numpy as np
+
+    ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
+    starts = np.empty_like(ends)
+    starts[:1] = 0
+    starts[1:] = ends[:-1] + 1
+    return offset + starts, ends - starts
+
+
 def _merge(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out = dict(rows[0])
     for r in rows[1:]:
@@ -228,11 +350,17 @@ class _Window:
         self._buf = b""
         self._start = 0
 
-    def row(self, off: int, n: int) -> dict[str, Any]:
+    def read(self, off: int, n: int, window: int | None = None) -> bytes:
+        """Bytes ``[off, off + n)`` (fewer at the end), read with the ``window`` bytes after
+        them (default :data:`CHUNK_BYTES`) when they are not in the window read last."""
         start = off - self._start
         if start < 0 or start + n > len(self._buf):
-            self._buf = self._storage.read_range(self._name, off, min(self._end, off + max(n, CHUNK_BYTES)))
+            ahead = max(n, CHUNK_BYTES if window is None else window)
+            self._buf = self._storage.read_range(self._name, off, min(self._end, off + ahead))
             self._start, start = off, 0
-        row = decode_json(self._buf[start : start + n])
+        return self._buf[start : start + n]
+
+    def row(self, off: int, n: int) -> dict[str, Any]:
+        row = decode_json(self.read(off, n))
         assert type(row) is dict  # it parsed as an object when scanned
         return row

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from rllog._format.vocab import EVAL_PREFIXES, KEY_METRICS, STEP_KEYS, TIME_KEYS
@@ -16,6 +16,7 @@ from rllog._read.run import Run
 __all__ = [
     "columns",
     "key_metrics",
+    "pick_key_metrics",
     "last_values",
     "metric_keys",
     "summarize",
@@ -53,13 +54,26 @@ def key_metrics(
 ) -> list[str]:
     """The :data:`KEY_METRICS` among ``cols``; if fewer than 4, topped up to ``limit`` with other
     numeric columns (train before eval; no step, ``time/`` or ``progress/`` columns)."""
+
+    def numeric(keys: list[str]) -> set[str]:
+        last = last_values(rows, keys, step_key)
+        return {k for k in keys if k in last and _is_number(last[k][0])}
+
+    return pick_key_metrics(cols, step_key, numeric, limit)
+
+
+def pick_key_metrics(
+    cols: list[str], step_key: str | None, numeric: Callable[[list[str]], set[str]], limit: int = 12
+) -> list[str]:
+    """:func:`key_metrics` for any reader: ``numeric(keys)`` gives the keys among ``keys``
+    whose last value (not null or NaN; NaN if it never had another) is a number."""
     have = set(cols)
     out = [k for k in KEY_METRICS if k in have][:limit]
     if len(out) < 4:
         skip = set(out) | set(STEP_KEYS) | {step_key}
         rest = [c for c in cols if c not in skip and not c.startswith(("time/", "progress/"))]
-        last = last_values(rows, rest, step_key)
-        rest = [c for c in rest if c in last and _is_number(last[c][0])]
+        numbers = numeric(rest)
+        rest = [c for c in rest if c in numbers]
         rest.sort(key=lambda c: c.startswith(EVAL_PREFIXES))
         out += rest[: limit - len(out)]
     return out
@@ -159,17 +173,12 @@ class _Pass:
 
     def key_metrics(self, step_key: str | None, limit: int = 12) -> list[str]:
         """:func:`key_metrics` of the rows."""
-        cols = self.columns
-        have = set(cols)
-        out = [k for k in KEY_METRICS if k in have][:limit]
-        if len(out) < 4:
-            skip = set(out) | set(STEP_KEYS) | {step_key}
-            rest = [c for c in cols if c not in skip and not c.startswith(("time/", "progress/"))]
-            last = self.last_values(rest)
-            rest = [c for c in rest if c in last and _is_number(last[c][0])]
-            rest.sort(key=lambda c: c.startswith(EVAL_PREFIXES))
-            out += rest[: limit - len(out)]
-        return out
+
+        def numeric(keys: list[str]) -> set[str]:
+            last = self.last_values(keys)
+            return {k for k in keys if k in last and _is_number(last[k][0])}
+
+        return pick_key_metrics(self.columns, step_key, numeric, limit)
 
 
 def summarize(run: Run, keys: list[str] | None = None) -> dict[str, Any]:

@@ -91,8 +91,8 @@ class Storage(Protocol):
         ...
 
     def truncate(self, name: str, size: int) -> None:
-        """Cut the file to its first ``size`` bytes (local: in place; object store: the
-        prefix is rewritten as one :meth:`write`, atomic).
+        """Cut the file to its first ``size`` bytes (local: in place; object store: one
+        atomic rewrite of the object where it lies, after what is staged is uploaded).
 
         Raises:
             FileNotFoundError: no such file.

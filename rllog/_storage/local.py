@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rllog._storage.base import check_name
-from rllog._storage.fileio import write_all
+from rllog._storage.fileio import copy_range, write_all
 from rllog.errors import StorageError
 
 __all__ = ["LocalStorage", "remove_stale_tmp"]
@@ -137,12 +137,34 @@ class LocalStorage:
         symlink (nothing is written) or the folder is not writable."""
         self.write_chunks(name, (data,))
 
-    def write_chunks(self, name: str, chunks: Iterable[bytes]) -> None:
-        """:meth:`write` from an iterable of byte chunks, written as they come (memory
-        bounded by one chunk). Raises as :meth:`write`, or what ``chunks`` raises, with the
-        old content kept."""
+    def write_chunks(self, name: str, chunks: Iterable[bytes | tuple[str, int, int]]) -> None:
+        """:meth:`write` from an iterable of pieces, written as they come (memory bounded by
+        one piece): bytes, or ``(source, start, end)``, bytes ``[start, end)`` of the file
+        ``source`` of this folder (``name`` itself included: its content before this
+        write), copied inside the kernel (:func:`rllog._storage.fileio.copy_range`: no byte
+        passes through Python) with their writeback started at once
+        (``posix_fadvise(POSIX_FADV_DONTNEED)``), so a long file assembled piece by piece
+        while the caller does other work finds its final fsync nearly done. A file cut at
+        ``keep`` with other bytes after it: ``[(name, 0, keep), b"..."]``; a file with
+        ranges of another appended: ``[(name, 0, size), (other, a, b)]``.
+
+        Raises as :meth:`write`, or what ``chunks`` raises, with the old content kept (a
+        crash leaves at most a temp file, removed at the next open of the run,
+        :func:`remove_stale_tmp`); ``FileNotFoundError`` for a missing source, ``ValueError``
+        for a range outside it."""
+        sources: dict[str, int] = {}
+        try:
+            self._write_chunks(name, chunks, sources)
+        finally:
+            for fd in sources.values():
+                os.close(fd)
+
+    def _write_chunks(
+        self, name: str, chunks: Iterable[bytes | tuple[str, int, int]], sources: dict[str, int]
+    ) -> None:
         dfd, leaf = self._dir_fd(name)
-        tmp = f".{leaf}.{secrets.token_hex(8)}.tmp"
+        # unpredictable (O_EXCL), and named by its writer's pid so remove_stale_tmp finds it after a crash
+        tmp = f".{leaf}.{os.getpid()}.{secrets.token_hex(8)}.tmp"
         try:
             try:
                 fd = os.open(
@@ -155,8 +177,13 @@ class LocalStorage:
                 raise self._refuse(name, exc) from exc
             try:
                 try:
-                    for data in chunks:
-                        write_all(fd, data)
+                    at = 0
+                    for piece in chunks:
+                        if isinstance(piece, tuple):
+                            at += self._copy_in(fd, at, *piece, sources)
+                        else:
+                            write_all(fd, piece)
+                            at += len(piece)
                     os.fsync(fd)
                 finally:
                     os.close(fd)
@@ -178,6 +205,21 @@ class LocalStorage:
             old = self._fds.pop(name, None)
         if old is not None:
             os.close(old)
+
+    def _copy_in(self, fd: int, at: int, source: str, start: int, end: int, sources: dict[str, int]) -> int:
+        """Copy bytes ``[start, end)`` of ``source`` to byte ``at`` of ``fd`` in the kernel and
+        start their writeback; leaves ``fd``'s offset after them. Returns the bytes copied."""
+        src = sources.get(source)
+        if src is None:
+            src = sources[source] = os.open(self.path(source), os.O_RDONLY | os.O_CLOEXEC)
+        size = os.fstat(src).st_size
+        if not 0 <= start <= end <= size:
+            raise ValueError(f"cannot copy bytes [{start}, {end}) of {self.url}/{source} ({size} bytes)")
+        copy_range(src, fd, start, end, at)
+        if end > start and hasattr(os, "posix_fadvise"):
+            os.posix_fadvise(fd, at, end - start, os.POSIX_FADV_DONTNEED)
+        os.lseek(fd, at + end - start, os.SEEK_SET)
+        return end - start
 
     def append_fd(self, name: str) -> int:
         """The kept-open ``O_APPEND`` descriptor of ``name``, opened on first use (never
@@ -303,7 +345,7 @@ class LocalStorage:
 
 
 def remove_stale_tmp(root: str | os.PathLike[str]) -> list[str]:
-    """Delete the temp files (``.<name>.<pid>.<thread>.tmp``) that :meth:`LocalStorage.write`
+    """Delete the temp files (``.<name>.<pid>.<random>.tmp``) that :meth:`LocalStorage.write`
     calls of dead processes left under ``root`` when they were killed mid-write; returns
     their paths relative to ``root``. A temp file of a live process (a worker writing a
     report right now) is kept. Symlinks are neither followed nor removed."""

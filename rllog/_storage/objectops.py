@@ -47,6 +47,9 @@ _T = TypeVar("_T")
 #: GCS limits (https://cloud.google.com/storage/docs/composite-objects).
 GCS_MAX_COMPONENTS = 1024
 GCS_MAX_COMPOSE_SOURCES = 32
+#: Bytes per request when a cut streams an object's prefix back to GCS (a multiple of
+#: the 256 KiB that resumable uploads require of every chunk but the last).
+GCS_CUT_CHUNK = 8 * 2**20
 #: S3's smallest part of a multipart upload, except the last one.
 S3_MIN_PART = 5 * 2**20
 #: Where part objects live, inside the run; never listed as run files.
@@ -199,6 +202,23 @@ class ObjectOps:
         self.fs.rm_file(path)
         self.forget(path)
 
+    def cut(self, path: str, size: int, then: bytes = b"") -> None:
+        """Replace the object with its first ``size`` bytes followed by ``then``, atomically
+        (a reader sees the old object or the new one). Idempotent: done twice, it gives the
+        same object, so a retry after an ambiguous failure is safe. Here: read the prefix
+        and write it back (memory holds it); :class:`S3Ops` and :class:`GcsOps` do better.
+
+        Raises:
+            FileNotFoundError: no such object.
+            ValueError: ``size`` is negative or larger than the object.
+        """
+        with _MEMORY_LOCK:
+            old = self.read(path)
+            if not 0 <= size <= len(old):
+                raise ValueError(f"cannot cut {path} ({len(old)} bytes) to {size} bytes")
+            self.fs.pipe_file(path, old[:size] + then)
+        self.forget(path)
+
     def forget(self, path: str) -> None:
         """Drop anything cached about ``path`` (after it was replaced or removed)."""
 
@@ -300,11 +320,89 @@ class GcsOps(ObjectOps):
             self.forget(path)
             raise
 
-    def _read_gen(self, path: str, stat: ObjectStat) -> bytes:
+    def cut(self, path: str, size: int, then: bytes = b"") -> None:
+        """GCS cannot copy a byte range server-side (compose and rewrite take whole
+        objects), so the first ``size`` bytes are streamed back: ranged reads of the
+        object's current generation, :data:`GCS_CUT_CHUNK` bytes at a time, into one
+        resumable upload that replaces the object with ``ifGenerationMatch`` (atomic; a
+        concurrent writer's compose makes it fail with :class:`Conflict`). Memory holds
+        one chunk and ``then``; the bytes cross the network twice. A prefix of at most
+        one chunk is one read and one upload."""
+        stat = self.stat(path)
+        if stat is None:
+            raise FileNotFoundError(path)
+        if not 0 <= size <= stat.size:
+            raise ValueError(f"cannot cut {path} ({stat.size} bytes) to {size} bytes")
+        if size == stat.size and not then:
+            return
+        try:
+            if size + len(then) <= GCS_CUT_CHUNK:
+                data = self._read_gen(path, stat, 0, size) + then
+                if data:
+                    self._upload(path, data, ifGenerationMatch=stat.version)
+                else:
+                    self.put(path, b"")
+            else:
+                self._stream_cut(path, stat, size, then)
+        except FileExistsError as exc:  # 412: the object changed under us
+            self.forget(path)
+            raise Conflict(f"{path} changed while it was cut") from exc
+        except Exception:
+            self.forget(path)
+            raise
+
+    def _stream_cut(self, path: str, stat: ObjectStat, size: int, then: bytes) -> None:
         bucket, key = self._split(path)
-        _headers, data = self.fs.call("GET", "b/{}/o/{}", bucket, key, alt="media", generation=stat.version)
-        if len(data) != stat.size:
-            raise Conflict(f"{path} is {len(data)} bytes, expected {stat.size}")
+        total = size + len(then)
+        headers, _ = self.fs.call(
+            "POST",
+            f"{self.fs._location}/upload/storage/v1/b/{{}}/o",
+            bucket,
+            uploadType="resumable",
+            name=key,
+            ifGenerationMatch=stat.version,
+            json={"name": key, "contentType": "application/octet-stream"},
+            headers={"X-Upload-Content-Type": "application/octet-stream"},
+        )
+        location = headers["Location"]
+        location = location[0] if isinstance(location, list) else location
+        sent = 0
+        while sent < total:
+            end = min(total, sent + GCS_CUT_CHUNK)
+            chunk = self._read_gen(path, stat, sent, min(end, size)) if sent < size else b""
+            if end > size:
+                chunk += then[max(0, sent - size) : end - size]
+            last = end == total
+            out, text = self.fs.call(
+                "PUT",
+                location,
+                headers={
+                    "Content-Range": f"bytes {sent}-{end - 1}/{total if last else '*'}",
+                    "Content-Length": str(len(chunk)),
+                },
+                data=chunk,
+            )
+            kept = out.get("Range")  # what the server holds so far: "bytes=0-N"
+            if last and text:
+                import json
+
+                self._resource(path, json.loads(text))
+                return
+            sent = int(kept.rsplit("-", 1)[1]) + 1 if kept else 0
+        raise StorageError(f"the upload that cuts {path} ended without the object")
+
+    def _read_gen(self, path: str, stat: ObjectStat, start: int = 0, end: int | None = None) -> bytes:
+        """Bytes ``[start, end)`` (default: all) of generation ``stat.version`` of the object."""
+        bucket, key = self._split(path)
+        end = stat.size if end is None else end
+        if end <= start:
+            return b""
+        headers = {} if (start, end) == (0, stat.size) else {"Range": f"bytes={start}-{end - 1}"}
+        _headers, data = self.fs.call(
+            "GET", "b/{}/o/{}", bucket, key, alt="media", generation=stat.version, headers=headers
+        )
+        if len(data) != end - start:
+            raise Conflict(f"{path}: read {len(data)} bytes of [{start}, {end}), the object changed")
         return data
 
     def _compose(self, path: str, stat: ObjectStat, data: bytes, before_send: Callable[[int], None]) -> None:
@@ -609,6 +707,50 @@ class S3Ops(ObjectOps):
         except FileNotFoundError:
             if not stale:
                 raise
+
+    def cut(self, path: str, size: int, then: bytes = b"") -> None:
+        """Server-side: the object becomes bytes ``[0, size)`` of itself, copied by one
+        multipart upload of ``UploadPartCopy`` ranges (nothing downloaded or uploaded but
+        ``then``), followed by ``then``; completed with ``If-Match`` on the object, so it is
+        atomic and a concurrent writer's compose makes it fail. A file that still has
+        segments is first composed into its object (:meth:`compose`, also server-side) and
+        its segments deleted, so no stale segment can later extend the cut file. Below
+        ``min_part`` (S3's smallest part) the prefix is read and sent in one PUT.
+        Requests: 4 + one part copy per GiB kept (plus the compose)."""
+        self.forget(path)
+        where = self._split(path)
+        layout = self._layout(path)
+        if layout.base is None and not layout.pieces:
+            raise FileNotFoundError(path)
+        if not 0 <= size <= layout.size:
+            raise ValueError(f"cannot cut {path} ({layout.size} bytes) to {size} bytes")
+        if layout.pieces:
+            if [p.kind for p, _, _ in layout.cover] != ["base"]:
+                self.compose(path)  # the whole file in its object; the segments it held are deleted
+                layout = self._layout(path)
+            self._delete(where["Bucket"], [p.key for p in layout.pieces])  # copies of the object's bytes
+            layout = self._layout(path)
+            if layout.pieces or layout.base is None:
+                raise Conflict(f"{path}: segments appeared while it was cut")
+        if size == layout.size and not then:
+            return
+        condition = {"IfMatch": layout.base_etag}
+        if size < self.min_part:
+            body = self.fs.cat_file(path, start=0, end=size) if size else b""
+            self.fs.call_s3("put_object", Body=body + then, **condition, **where)
+        else:
+            parts: list[tuple[str, int, int] | bytes] = []
+            first = 0
+            while first < size:
+                step = size - first
+                if step > self.max_copy_part:
+                    step = min(self.max_copy_part, size - first - self.min_part)
+                parts.append((where["Key"], first, first + step))
+                first += step
+            if then:
+                parts.append(then)
+            self._multipart(where, parts, **condition)
+        self.forget(path)
 
     def append(self, path: str, data: bytes, before_send: Callable[[int], None]) -> None:
         with self._lock:

@@ -21,7 +21,9 @@ from collections.abc import Callable
 from typing import Any
 
 from rllog._format.codec import MetricsEncoder
+from rllog._format.jsonl import TAIL_WINDOW, last_line_crc
 from rllog._format.layout import METRICS_FILE
+from rllog._format.terminal import escape_controls
 from rllog._format.vocab import CONSOLE_KEYS
 from rllog.errors import StorageError
 from rllog.storage import LocalStorage, Storage
@@ -35,6 +37,8 @@ class MetricsWriter:
     Args:
         storage: the run's storage; for a :class:`LocalStorage` rows go straight to its
             ``O_APPEND`` descriptor.
+        size: (other storages) bytes in metrics.jsonl when the writer opens, None when
+            unknown; kept up to date with the rows appended (:meth:`file_position`).
         strict_json: write NaN/±Infinity as ``null``.
         console: also print a one-line summary of each row to stderr.
         warn: ``warn(kind, message)``, told once per kind of backend failure.
@@ -58,10 +62,18 @@ class MetricsWriter:
         "_pid",
         "_last_step",
         "_last_row",
+        "_size",
+        "_last_line",
     )
 
     def __init__(
-        self, storage: Storage, *, strict_json: bool, console: bool, warn: Callable[[str, str], None]
+        self,
+        storage: Storage,
+        *,
+        strict_json: bool,
+        console: bool,
+        warn: Callable[[str, str], None],
+        size: int | None = None,
     ) -> None:
         self.storage = storage
         self.console = console
@@ -73,6 +85,10 @@ class MetricsWriter:
         self._last_step: int | None = None  # the step of the last row, and its values (same-step check)
         self._last_row: dict[str, Any] = {}
         self._fd = storage.append_fd(METRICS_FILE) if isinstance(storage, LocalStorage) else None
+        # without a descriptor (buckets): the file's size as this writer knows it (``size``:
+        # at open; None: unknown) and the last row it appended, for file_position()
+        self._size = size
+        self._last_line: bytes | None = None
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self._encoder = MetricsEncoder(strict_json=strict_json)
@@ -90,6 +106,7 @@ class MetricsWriter:
         self._check_fork()
         with self._lock:
             row = self._encoder.encode_row(step, metrics)
+            written = self._encoder.last  # the values as written (converted, secrets redacted)
             if step == self._last_step:
                 self._same_step(step, self._encoder.last)
             else:
@@ -100,7 +117,9 @@ class MetricsWriter:
             else:
                 try:
                     if self._fd is None:
-                        self.storage.append(METRICS_FILE, bytes(row))
+                        data = bytes(row)
+                        self.storage.append(METRICS_FILE, data)
+                        self._appended(data)
                     else:
                         n = os.write(self._fd, row)
                         if n != len(row):  # a short write: the rest goes out with the backlog
@@ -114,7 +133,7 @@ class MetricsWriter:
             if self.tap is not None:
                 self.tap(bytes(row))
         if self.console:
-            _print_row(step, metrics)
+            _print_row(step, written)
 
     def _check_fork(self) -> None:
         """In a forked child, a new lock: the parent's may have been held by another thread at the fork."""
@@ -148,6 +167,33 @@ class MetricsWriter:
         if isinstance(position, bool) or not isinstance(position, (int, float)):
             return self._last_step
         return position
+
+    def _appended(self, row: bytes) -> None:
+        if self._size is not None:
+            self._size += len(row)
+        self._last_line = row
+
+    def file_position(self) -> tuple[int, int] | None:
+        """Where metrics.jsonl stands now that the rows written so far are in it:
+        ``(bytes, CRC-32 of its last line)`` (:func:`rllog._format.jsonl.last_line_crc`),
+        what a checkpoint record keeps so a resume reads only the rows after it. Locally
+        one ``fstat`` and one ``pread`` of the last 4 KiB; on a bucket what the writer
+        kept (no request). None when it cannot be told: a bucket whose size was unknown
+        at open or that got no row from this writer yet, an empty file, a last line
+        without newline, a failed read."""
+        with self._lock:
+            if self._fd is None:
+                if self._size is None or self._last_line is None:
+                    return None
+                size, tail = self._size, self._last_line
+            else:
+                try:
+                    size = os.fstat(self._fd).st_size
+                    tail = os.pread(self._fd, min(size, TAIL_WINDOW), size - min(size, TAIL_WINDOW))
+                except OSError:
+                    return None
+        crc = last_line_crc(tail)
+        return None if crc is None else (size, crc)
 
     def drain(self) -> bool:
         """Write the held-back rows, in order; True when none is left. Locally, first
@@ -200,6 +246,7 @@ class MetricsWriter:
             try:
                 if self._fd is None:
                     self.storage.append(METRICS_FILE, row)
+                    self._appended(row)
                 else:
                     while self._offset < len(row):
                         self._offset += os.write(self._fd, row[self._offset :])
@@ -251,4 +298,4 @@ def _print_row(step: int, metrics: dict[str, Any]) -> None:
         parts.extend(
             f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in list(metrics.items())[:6]
         )
-    print(" | ".join(parts), file=sys.stderr)
+    print(escape_controls(" | ".join(parts)), file=sys.stderr)  # logged text is shown, never obeyed

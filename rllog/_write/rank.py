@@ -70,8 +70,11 @@ class RankStorage:
     def __repr__(self) -> str:
         return f"RankStorage({self.inner!r}, rank={self.rank})"
 
-    def _name(self, name: str) -> str:
+    def file_name(self, name: str) -> str:
+        """The name ``name`` has in the run as this rank writes it (``metrics.rank1.jsonl``)."""
         return rank_file_name(name, self.rank)
+
+    _name = file_name
 
     def read(self, name: str) -> bytes:
         return self.inner.read(self._name(name))

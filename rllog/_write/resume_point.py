@@ -27,11 +27,11 @@ The point (:func:`resume_point`), in the position units of metric rows
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from rllog._format.codec import decode_json
-from rllog._format.jsonl import iter_lines
+from rllog._format.jsonl import parse_lines
 from rllog._format.layout import CONFIG_FILE, METRICS_FILE, SUPERSEDED_DIR, parse_artifact_name
 from rllog.storage import Storage
 
@@ -108,18 +108,10 @@ def _batches_per_epoch(storage: Storage) -> int | None:
         for k in _BATCHES_KEYS:
             if _is_int(config.get(k)) and config[k] > 0:
                 return int(config[k])
-    try:
-        data = storage.read(METRICS_FILE)
-    except FileNotFoundError:
-        return None
     first: dict[int, int] = {}  # epoch -> lowest step
     last: dict[int, int] = {}
-    for _lineno, line in iter_lines(data):
-        try:
-            row = decode_json(line)
-        except ValueError:
-            continue
-        if not isinstance(row, dict) or not _is_int(row.get("epoch")) or not _is_int(row.get("step")):
+    for row in _rows(storage):  # streamed: memory does not grow with the file
+        if not _is_int(row.get("epoch")) or not _is_int(row.get("step")):
             continue
         e, s = row["epoch"], row["step"]
         first[e] = min(first.get(e, s), s)
@@ -129,6 +121,23 @@ def _batches_per_epoch(storage: Storage) -> int | None:
     n = first[1]
     consistent = n > 0 and all(e * n <= first[e] and last[e] < (e + 1) * n for e in first)
     return n if consistent else None
+
+
+def _rows(storage: Storage) -> Iterator[dict[str, Any]]:
+    """The JSON-object rows of metrics.jsonl, read 8 MiB at a time (lines that are not
+    objects are skipped); nothing when it is missing."""
+    try:
+        size = storage.size(METRICS_FILE)
+    except FileNotFoundError:
+        return
+    offset, rest = 0, b""
+    while offset < size:
+        data = rest + storage.read_range(METRICS_FILE, offset, min(size, offset + (8 << 20)))
+        offset = min(size, offset + (8 << 20))
+        end = len(data) if offset >= size else data.rfind(b"\n") + 1
+        rows, _ = parse_lines(data[:end], METRICS_FILE)
+        yield from (row for _, row in rows)
+        rest = data[end:]
 
 
 def move_reports_aside(storage: Storage, point: int | float, note: Callable[..., None]) -> list[str]:

@@ -13,18 +13,26 @@ Accepted shapes (see :func:`rllog.build_rollout_summaries` for the contract):
   (tinker-cookbook ``Transition``: ``ob.length``, ``len(ac.tokens)``);
 - records: a flat list of :class:`TrajectorySummary` or dicts that carry ``group_idx``.
 
-Rewards and token counts are converted on the way in; metrics and logs dicts are
-checked for the whole batch at once and converted only when that check fails
-(numpy/torch scalars become Python numbers). Records holding a non-finite float or a
-nested log value are noted: only those take the slower encoding path.
+The three shapes loops pass most (ready records, lists of plain dict trajectories whose
+steps hold all six keys, tinker-cookbook TrajectoryGroups) are built and checked a field
+at a time over the whole call (C-level map/chain passes, ``msgspec.convert`` of whole
+columns); any other shape or value sends the call to the general path, which builds it a
+value at a time: rewards and token counts are converted on the way in, metrics and logs
+dicts are checked for the whole batch at once and converted only when that check fails
+(numpy/torch scalars become Python numbers). Both give the same records, bytes and
+errors. Records holding a non-finite float or a nested log value are noted: only those
+take the slower encoding path.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from itertools import chain
-from operator import attrgetter, ne
-from typing import Any
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import chain, islice, repeat
+from operator import add, attrgetter, itemgetter
+from typing import Annotated, Any, NamedTuple
+
+import msgspec
 
 from rllog._format.codec import scalar, to_jsonable
 from rllog._format.records import SCHEMA_VERSION, StepSummary, TrajectorySummary
@@ -45,14 +53,17 @@ def _token_len(x: Any, what: str) -> int:
     """Token count of a tinker ModelInput (``.length``), a token holder (``.tokens``) or a sequence."""
     if x is None:
         return 0
-    cls = type(x)
-    style = _LEN_STYLE.get(cls)
-    if style is None:
-        style = _LEN_STYLE[cls] = (
-            "length" if hasattr(x, "length") else ("tokens" if hasattr(x, "tokens") else "len")
-        )
+    style = _LEN_STYLE.get(type(x)) or _len_style(x)
     n = x.length if style == "length" else len(x.tokens if style == "tokens" else x)
     return n if type(n) is int and n >= 0 else _length(n, what)
+
+
+def _len_style(x: Any) -> str:
+    """How :func:`_token_len` counts the tokens of ``x``'s class, learnt from ``x`` (its first instance)."""
+    style = _LEN_STYLE[type(x)] = (
+        "length" if hasattr(x, "length") else ("tokens" if hasattr(x, "tokens") else "len")
+    )
+    return style
 
 
 def _length(x: Any, what: str) -> int:
@@ -104,7 +115,7 @@ def _finite(total: float) -> bool:
     return total - total == 0.0
 
 
-def _numbers_ok(dicts: list[dict[Any, Any]]) -> bool:
+def _numbers_ok(dicts: Sequence[dict[Any, Any]]) -> bool:
     """Quick check of metric dicts: True if all values are plain numbers and finite.
 
     One ``sum`` in C over every value. It also passes values msgspec cannot encode
@@ -119,7 +130,7 @@ def _numbers_ok(dicts: list[dict[Any, Any]]) -> bool:
     return type(total) is int or (type(total) is float and _finite(total))
 
 
-def _scalars_ok(dicts: list[dict[Any, Any]]) -> bool:
+def _scalars_ok(dicts: Sequence[dict[Any, Any]]) -> bool:
     """True if every value is a JSON scalar (str, number, bool, None) and no float is NaN/inf."""
     types = set(map(type, chain.from_iterable(map(dict.values, dicts))))
     if not types <= _FAST:
@@ -134,8 +145,6 @@ _STEPS = attrgetter("steps")
 _METRICS = attrgetter("metrics")
 _LOGS = attrgetter("logs")
 _TRAJ_METRICS = attrgetter("trajectory_metrics")
-_TOTAL = attrgetter("total_reward")
-_FINAL = attrgetter("final_reward")
 
 
 class _Builder:
@@ -475,77 +484,344 @@ def _is_record(x: Any, traj_cls: type) -> bool:
     return isinstance(x, traj_cls) or (isinstance(x, Mapping) and "group_idx" in x)
 
 
-_INT = frozenset({int})
+# ------------------------------------------------------------- whole columns at once
+# The common shapes are built and checked a column at a time (one field of every step or
+# trajectory of the call) with C-level map/zip/chain and msgspec.convert, not value by
+# value: ready records written as they are (:func:`_as_written`), lists of plain dict
+# trajectories whose steps hold all six keys (:func:`_plain_dicts`) and tinker-cookbook
+# TrajectoryGroups (:func:`_plain_tinker`). When a column holds anything else (a missing
+# key, an int token count given as a float, a numpy scalar, a None), they return None and
+# the general path builds the call, converting values and naming what is wrong; the
+# records and bytes are the same either way.
+
+_NN = Annotated[int, msgspec.Meta(ge=0)]
+_NNS = list[_NN]
+_OPT_NNS = list[_NN | None]
+_FLOATS = list[float]  # exact floats; ints become floats, as _reward makes them
+_BOOLS = list[bool]
 _FLOAT = frozenset({float})
 _BOOL = frozenset({bool})
 _DICT = frozenset({dict})
 _LIST = frozenset({list})
-_OPT_INT = frozenset({int, type(None)})
-_IDX = attrgetter("group_idx", "traj_idx")
-_STEP_LENS = attrgetter("ob_len", "ac_len")
+_SEQ = frozenset({list, tuple})
+_STEP_DICT_KEYS = ("ob_len", "ac_len", "reward", "episode_done", "metrics", "logs")
+_STEP_GETTERS = tuple(map(itemgetter, _STEP_DICT_KEYS))
+_PLAIN_TRAJ_KEYS = frozenset({"steps", "final_reward", "trajectory_metrics", "metrics", "final_ob_len"})
+_TRANSITION_GETTERS = tuple(map(attrgetter, ("ob", "ac", "reward", "episode_done", "metrics", "logs")))
+_TRANSITIONS = attrgetter("transitions")
+_TOKENS = attrgetter("tokens")
+_LENGTH = attrgetter("length")
+_CHUNKS = attrgetter("chunks")
+_TINKER_GROUP = attrgetter("trajectories_G", "final_rewards_G", "metrics_G")
+
+
+def _column(items: list[Any], name: str) -> list[Any]:
+    """Attribute ``name`` of every item."""
+    return list(map(attrgetter(name), items))
 
 
 def _as_written(
     records: Sequence[Any], iteration: int, split: str, tags: Any, sampling_client_step: Any
 ) -> list[TrajectorySummary] | None:
-    """``records`` as a list when every one is a :class:`TrajectorySummary` that building
-    would reproduce field for field (this call's split and iteration, the schema version,
-    value types as written, each step's ``step_idx`` its position), else None.
+    """``records`` when every one is a :class:`TrajectorySummary` that building would
+    reproduce field for field (this call's split and iteration, the schema version, value
+    types as written, each step's ``step_idx`` its position) and that needs no conversion
+    or slow encoding (:func:`_values_ok`), else None.
 
-    Checked for the whole batch at once with C-level ``map``/``set`` calls, so ready
-    records cost a fraction of rebuilding them; the records are then written as they
-    are, not copied (the batch value check of :meth:`_Builder.check` still runs, and a
-    record needing conversion sends the call to the rebuilding path).
+    Checked a field at a time over all records (one C-level pass each), so ready records
+    cost a fraction of rebuilding them; the records are then written as they are, not
+    copied (a value the checks let through and the encoder refuses sends the call to the
+    rebuilding path).
     """
     if type(records) is not list or tags is not None or sampling_client_step is not None:
         return None
     if set(map(type, records)) != {TrajectorySummary}:
         return None
-    get = attrgetter
     try:
+        versions, iterations = _column(records, "schema_version"), _column(records, "iteration")
         if (
-            set(map(get("schema_version"), records)) != {SCHEMA_VERSION}
-            or set(map(get("split"), records)) != {split}
-            or set(map(get("iteration"), records)) != {iteration}
-            or set(map(type, map(get("iteration"), records))) != _INT
+            set(versions) != {SCHEMA_VERSION}
+            or set(iterations) != {iteration}
+            or set(_column(records, "split")) != {split}
         ):
             return None
-        idx = list(chain.from_iterable(map(_IDX, records)))
-        if set(map(type, idx)) != _INT or min(idx) < 0:
-            return None
+        group_idx, traj_idx = _column(records, "group_idx"), _column(records, "traj_idx")
+        msgspec.convert(versions + iterations + group_idx + traj_idx, _NNS)  # exact ints (no bool, no float)
+        client_steps, final_ob_lens = (
+            _column(records, "sampling_client_step"),
+            _column(records, "final_ob_len"),
+        )
+        msgspec.convert(client_steps + final_ob_lens, _OPT_NNS)
+        totals, finals = _column(records, "total_reward"), _column(records, "final_reward")
+        traj_metrics, tags_R, steps_R = (
+            _column(records, "trajectory_metrics"),
+            _column(records, "tags"),
+            _column(records, "steps"),
+        )
         if not (
-            set(map(type, map(get("total_reward"), records))) <= _FLOAT
-            and set(map(type, map(get("final_reward"), records))) <= _FLOAT
-            and set(map(type, map(get("trajectory_metrics"), records))) <= _DICT
-            and set(map(type, map(get("tags"), records))) <= _LIST
-            and set(map(type, chain.from_iterable(map(get("tags"), records)))) <= _STR
-            and set(map(type, map(get("steps"), records))) <= _LIST
+            _FLOAT.issuperset(map(type, totals + finals))
+            and _DICT.issuperset(map(type, traj_metrics))
+            and _LIST.issuperset(map(type, tags_R + steps_R))
+            and _STR.issuperset(map(type, chain.from_iterable(tags_R)))
         ):
             return None
-        for name in ("sampling_client_step", "final_ob_len"):
-            values = [v for v in map(get(name), records) if v is not None]
-            if values and (set(map(type, values)) != _INT or min(values) < 0):
-                return None
-        steps = list(chain.from_iterable(map(get("steps"), records)))
+        steps = list(chain.from_iterable(steps_R))
+        rewards: list[Any] = []
+        metrics: list[Any] = []
+        logs: list[Any] = []
         if steps:
             if set(map(type, steps)) != {StepSummary}:
                 return None
-            lens = list(chain.from_iterable(map(_STEP_LENS, steps)))
-            if set(map(type, lens)) != _INT or min(lens) < 0:
+            step_idx = _column(steps, "step_idx")
+            msgspec.convert(step_idx + _column(steps, "ob_len") + _column(steps, "ac_len"), _NNS)
+            if step_idx != list(chain.from_iterable(map(range, map(len, steps_R)))):
                 return None
+            rewards, metrics, logs = (
+                _column(steps, "reward"),
+                _column(steps, "metrics"),
+                _column(steps, "logs"),
+            )
             if not (
-                set(map(type, map(get("reward"), steps))) <= _FLOAT
-                and set(map(type, map(get("episode_done"), steps))) <= _BOOL
-                and set(map(type, map(get("metrics"), steps))) <= _DICT
-                and set(map(type, map(get("logs"), steps))) <= _DICT
+                _FLOAT.issuperset(map(type, rewards))
+                and _BOOL.issuperset(map(type, _column(steps, "episode_done")))
+                and _DICT.issuperset(map(type, metrics + logs))
             ):
                 return None
-            positions = chain.from_iterable(map(range, map(len, map(get("steps"), records))))
-            if any(map(ne, map(get("step_idx"), steps), positions)):
-                return None
-    except TypeError:  # a value that does not compare (min of odd types)
+    except (msgspec.ValidationError, TypeError):  # a value of another type, one that does not hash
         return None
-    return records
+    return records if _values_ok(rewards + totals + finals, metrics, traj_metrics, logs) else None
+
+
+def _values_ok(
+    floats: list[float],
+    metrics: Sequence[dict[Any, Any]],
+    traj_metrics: Sequence[dict[Any, Any]],
+    logs: Sequence[dict[Any, Any]],
+) -> bool:
+    """The batch check of :meth:`_Builder.check`: every reward finite, every metric a
+    finite number, every log value a JSON scalar (then no record needs the slow encoder).
+
+    ``floats`` are the rewards, totals and final rewards to check, or only the totals when
+    building just summed them from the others (a finite sum vouches for every term: a NaN
+    or infinity, once added, never leaves it); ``metrics``, ``traj_metrics`` and ``logs``
+    the steps' and trajectories' dicts.
+    """
+    return _finite(sum(floats)) and _numbers_ok(metrics) and _numbers_ok(traj_metrics) and _scalars_ok(logs)
+
+
+def _quick_ok(records: list[TrajectorySummary]) -> bool:
+    """:func:`_values_ok` of any records."""
+    steps = list(chain.from_iterable(map(_STEPS, records)))
+    return _values_ok(
+        _column(steps, "reward") + _column(records, "total_reward") + _column(records, "final_reward"),
+        list(map(_METRICS, steps)),
+        list(map(_TRAJ_METRICS, records)),
+        list(map(_LOGS, steps)),
+    )
+
+
+class _Columns(NamedTuple):
+    """One call's values a field at a time: steps flat in order, trajectories flat in order."""
+
+    glens: list[int]  # trajectories per group
+    lens: list[int]  # steps per trajectory
+    ob_lens: Sequence[Any]  # one per step, from here to logs
+    ac_lens: Sequence[Any]
+    rewards: Sequence[Any]
+    dones: Sequence[Any]
+    metrics: Sequence[Any]
+    logs: Sequence[Any]
+    final_rewards: Sequence[Any]  # one per trajectory, from here on
+    traj_metrics: Sequence[Any]
+    final_ob_lens: Sequence[Any]
+
+
+def _plain_dicts(groups: Sequence[Any]) -> _Columns | None:
+    """The columns of ``groups`` when every group is a list/tuple of plain dict
+    trajectories (keys among steps, final_reward, trajectory_metrics/metrics,
+    final_ob_len) whose steps are dicts holding exactly the six step keys; else None."""
+    if not _SEQ.issuperset(map(type, groups)):
+        return None
+    glens = list(map(len, groups))
+    trajs = list(chain.from_iterable(groups))
+    if not _DICT.issuperset(map(type, trajs)) or not _PLAIN_TRAJ_KEYS.issuperset(chain.from_iterable(trajs)):
+        return None
+    step_lists: list[Any] = list(map(dict.get, trajs, repeat("steps")))
+    if not _SEQ.issuperset(map(type, step_lists)):
+        return None
+    flat = list(chain.from_iterable(step_lists))
+    if not _DICT.issuperset(map(type, flat)) or sum(map(len, flat)) != len(_STEP_DICT_KEYS) * len(flat):
+        return None
+    try:
+        ob_lens, ac_lens, rewards, dones, metrics, logs = [list(map(get, flat)) for get in _STEP_GETTERS]
+    except KeyError:  # a step without one of the keys (then another one has an unknown key)
+        return None
+    return _Columns(
+        glens,
+        list(map(len, step_lists)),
+        ob_lens,
+        ac_lens,
+        rewards,
+        dones,
+        metrics,
+        logs,
+        list(map(dict.get, trajs, repeat("final_reward"), repeat(0.0))),
+        list(map(dict.get, trajs, repeat("trajectory_metrics"), map(dict.get, trajs, repeat("metrics")))),
+        list(map(dict.get, trajs, repeat("final_ob_len"))),
+    )
+
+
+def _plain_tinker(groups: Sequence[Any], tags_P: list[Any], steps_P: list[Any]) -> _Columns | None:
+    """The columns of ``groups`` when every group is a tinker-cookbook ``TrajectoryGroup``
+    (or wrapped in a ``RolloutSummaryGroup``, whose tags and sampling_client_step then
+    replace those in ``tags_P``/``steps_P``) of ``Trajectory`` objects (``transitions``,
+    ``final_ob`` with ``.length``) of ``Transition`` objects (:func:`_step_style` "tinker");
+    else None. Token counts are ``ob.length`` and ``len(ac.tokens)``, as :meth:`_Builder.step`."""
+    parts = []
+    for g, group in enumerate(groups):
+        wrapped = getattr(group, "trajectory_group", None)
+        if wrapped is not None:
+            tags_P[g] = _tag_list(getattr(group, "tags", tags_P[g]), f"group {g} tags")
+            steps_P[g] = _opt_step(getattr(group, "sampling_client_step", steps_P[g]))
+            group = wrapped
+        if getattr(group, "trajectories_G", None) is None:
+            return None
+        parts.append(_TINKER_GROUP(group))
+    trajs_P, final_rewards_P, metrics_P = zip(*parts, strict=True) if parts else ((), (), ())
+    glens = list(map(len, trajs_P))
+    trajs = list(chain.from_iterable(trajs_P))
+    final_rewards = list(chain.from_iterable(map(islice, final_rewards_P, glens)))
+    metrics = list(chain.from_iterable(map(islice, metrics_P, glens)))
+    if len(final_rewards) != len(trajs) or len(metrics) != len(trajs):
+        return None  # fewer values than trajectories in a group: the general path says which
+    if any(issubclass(cls, (TrajectorySummary, Mapping)) for cls in set(map(type, trajs))):
+        return None
+    step_lists = list(map(_TRANSITIONS, trajs))
+    if not _SEQ.issuperset(map(type, step_lists)):
+        return None
+    flat = list(chain.from_iterable(step_lists))
+    if any(_step_style(s) != "tinker" for s in _first_of_each_class(flat)):
+        return None
+    final_obs = list(map(getattr, trajs, repeat("final_ob"), repeat(None)))
+    for ob in _first_of_each_class(final_obs):
+        if ob is None or (_LEN_STYLE.get(type(ob)) or _len_style(ob)) != "length":
+            return None
+    final_ob_lens = msgspec.convert(_ob_lengths(final_obs), _NNS)  # a count, never None as a dict's may be
+    lens = list(map(len, step_lists))
+    if not flat:
+        return _Columns(glens, lens, (), (), (), (), (), (), final_rewards, metrics, final_ob_lens)
+    obs, acs, rewards, dones, step_metrics, logs = [list(map(get, flat)) for get in _TRANSITION_GETTERS]
+    ob_lens, ac_lens = _ob_lengths(obs), list(map(len, map(_TOKENS, acs)))
+    return _Columns(
+        glens,
+        lens,
+        ob_lens,
+        ac_lens,
+        rewards,
+        dones,
+        step_metrics,
+        logs,
+        final_rewards,
+        metrics,
+        final_ob_lens,
+    )
+
+
+def _ob_lengths(obs: Sequence[Any]) -> list[Any]:
+    """``ob.length`` of each observation. For tinker's own ``ModelInput`` of one
+    ``EncodedTextChunk`` (a text prompt) that is ``len(chunk.tokens)`` (``ModelInput.length``
+    sums ``chunk.length``, which is ``len(self.tokens)``), read without running the two
+    Python properties for each; the first observation is measured both ways to make sure."""
+    tinker = sys.modules.get("tinker")
+    model_input = getattr(tinker, "ModelInput", None)
+    if model_input is not None and obs and set(map(type, obs)) == {model_input}:
+        chunk_lists = list(map(_CHUNKS, obs))
+        if set(map(len, chunk_lists)) == {1}:
+            chunks = list(chain.from_iterable(chunk_lists))
+            if set(map(type, chunks)) == {getattr(tinker, "EncodedTextChunk", None)}:
+                lengths = list(map(len, map(_TOKENS, chunks)))
+                if lengths[0] == obs[0].length:
+                    return lengths
+    return list(map(_LENGTH, obs))
+
+
+def _first_of_each_class(items: list[Any]) -> Iterable[Any]:
+    """The first item of each class in ``items`` (whose class's style the general path learns from it)."""
+    if len(set(map(type, items))) <= 1:
+        return items[:1]
+    return dict(zip(map(type, reversed(items)), reversed(items), strict=True)).values()
+
+
+def _from_columns(
+    c: _Columns, iteration: int, split: str, tags_P: list[Any], steps_P: list[Any]
+) -> tuple[list[TrajectorySummary], bool] | None:
+    """The records of ``c`` (from :func:`_plain_dicts` or :func:`_plain_tinker`) and
+    whether their values passed :func:`_values_ok`; None when a column holds a value that
+    building converts (a float token count, a numpy reward, a None metrics dict...)."""
+    try:
+        ob_lens = msgspec.convert(c.ob_lens, _NNS)
+        ac_lens = msgspec.convert(c.ac_lens, _NNS)
+        rewards = msgspec.convert(c.rewards, _FLOATS)
+        dones = msgspec.convert(c.dones, _BOOLS)
+        final_rewards = msgspec.convert(c.final_rewards, _FLOATS)
+        final_ob_lens = msgspec.convert(c.final_ob_lens, _OPT_NNS)
+    except msgspec.ValidationError:
+        return None
+    traj_metrics, glens, lens = c.traj_metrics, c.glens, c.lens
+    if None in traj_metrics:  # a trajectory without metrics gets its own {}, as _as_dict(None) gives
+        traj_metrics = [{} if m is None else m for m in traj_metrics]
+    if not _DICT.issuperset(map(type, chain(c.metrics, c.logs, traj_metrics))):
+        return None
+    positions = chain.from_iterable(map(range, lens))
+    steps = list(map(StepSummary, positions, ob_lens, ac_lens, rewards, dones, c.metrics, c.logs))
+    steps_T = map(list, map(islice, repeat(iter(steps)), lens))
+    totals = list(map(add, map(sum, map(islice, repeat(iter(rewards)), lens)), final_rewards))
+    per_traj = chain.from_iterable(map(repeat, range(len(glens)), glens))
+    tags = chain.from_iterable(map(repeat, tags_P, glens))
+    client_steps = chain.from_iterable(map(repeat, steps_P, glens))
+    cls = TrajectorySummary
+    records = [
+        cls(
+            split=split,
+            iteration=iteration,
+            group_idx=g,
+            traj_idx=t,
+            tags=tag_list,
+            sampling_client_step=client_step,
+            total_reward=total,
+            final_reward=final,
+            trajectory_metrics=traj_m,
+            final_ob_len=final_ob_len,
+            steps=steps_t,
+        )
+        for g, t, tag_list, client_step, total, final, traj_m, final_ob_len, steps_t in zip(
+            per_traj,
+            chain.from_iterable(map(range, glens)),
+            tags,
+            client_steps,
+            totals,
+            final_rewards,
+            traj_metrics,
+            final_ob_lens,
+            steps_T,
+            strict=False,
+        )
+    ]
+    return records, _values_ok(totals, c.metrics, traj_metrics, c.logs)
+
+
+def _plain(
+    groups: Sequence[Any], iteration: int, split: str, tags_P: list[Any], steps_P: list[Any]
+) -> tuple[list[TrajectorySummary], bool] | None:
+    """:func:`_from_columns` of plain dict or tinker-cookbook groups; None for any other
+    shape or value, and when reading them raises (the general path then raises its own
+    error, naming the group, trajectory, step and key)."""
+    tags_P, steps_P = list(tags_P), list(steps_P)  # _plain_tinker sets a wrapper's own
+    try:
+        columns = _plain_dicts(groups) or _plain_tinker(groups, tags_P, steps_P)
+        return None if columns is None else _from_columns(columns, iteration, split, tags_P, steps_P)
+    except (AttributeError, IndexError, KeyError, TypeError, ValueError):
+        return None
 
 
 class Rebuild(Exception):
@@ -556,20 +832,6 @@ class Rebuild(Exception):
 
 def _rebuild() -> set[int]:
     raise Rebuild
-
-
-def _quick_ok(records: list[TrajectorySummary]) -> bool:
-    """The batch check of :meth:`_Builder.check`: every reward finite, every metric a
-    finite number, every log value a JSON scalar (then no record needs the slow encoder)."""
-    steps = list(chain.from_iterable(map(_STEPS, records)))
-    return (
-        _finite(sum(map(_REWARD, steps)))
-        and _finite(sum(map(_TOTAL, records)))
-        and _finite(sum(map(_FINAL, records)))
-        and _numbers_ok(list(map(_METRICS, steps)))
-        and _numbers_ok(list(map(_TRAJ_METRICS, records)))
-        and _scalars_ok(list(map(_LOGS, steps)))
-    )
 
 
 def build(
@@ -597,7 +859,7 @@ def build(
     n = len(groups)
     if n and _is_record(groups[0], b.traj_cls):
         ready = _as_written(groups, iteration, split, tags, sampling_client_step) if reuse else None
-        if ready is not None and _quick_ok(ready):  # already exactly what would be written
+        if ready is not None:  # already exactly what would be written
             return ready, set(), _rebuild
         tag_default = _tag_list(tags, "tags") if tags is not None else []
         step_default = _opt_step(sampling_client_step) if not isinstance(sampling_client_step, list) else None
@@ -625,6 +887,11 @@ def build(
         lambda v, _w: _opt_step(v),
         lambda v: not isinstance(v, (list, tuple)),
     )
+    plain = _plain(groups, iteration, split, tags_P, steps_P)
+    if plain is not None:
+        out, values_ok = plain
+        dirty = set() if values_ok else b.check(out, _traj_label, full=True)
+        return out, dirty, lambda: b.check(out, _traj_label, full=True)
     for g, group in enumerate(groups):
         wrapped = getattr(group, "trajectory_group", None)
         if wrapped is not None:  # tinker-cookbook RolloutSummaryGroup

@@ -137,17 +137,51 @@ def setup_logging(
     **options: Any,
 ) -> RllogMlLogger:
     """``ml_log.setup_logging``'s signature: an :class:`RllogMlLogger` writing ``log_dir``.
-    ``wandb_project``/``wandb_name`` and ``do_configure_logging_module`` are accepted for
-    compatibility and not used (rllog writes no W&B run unless ``report_to="wandb"``);
     ``options`` go to RunLogger, with ``layout="tinker"`` and ``resume=True`` as defaults
     (tinker-cookbook's loop resumes from the run's last checkpoint by itself).
 
+    ``wandb_project``/``wandb_name`` (what tinker-cookbook's loop passes from its config)
+    become the project and run name of the wandb sink in ``report_to`` (where that sink
+    has none of its own). rllog writes no W&B run unless ``report_to`` names wandb: a
+    ``wandb_project`` without it is warned about. ``do_configure_logging_module`` is
+    accepted for compatibility and not used.
+
     Raises:
         TypeError, ValueError: as :class:`rllog.RunLogger` (an unknown option too).
+
+    Warns:
+        UserWarning: ``wandb_project`` is given and ``report_to`` has no wandb sink.
     """
     options.setdefault("layout", "tinker")
     options.setdefault("resume", True)
+    if wandb_project or wandb_name:
+        options["report_to"] = _with_wandb_names(options.get("report_to"), wandb_project, wandb_name)
     return RllogMlLogger(RunLogger(log_dir, config=config, **options))
+
+
+def _with_wandb_names(report_to: Any, project: str | None, name: str | None) -> Any:
+    """``report_to`` as sink objects, its wandb sink given ``project``/``name`` where it has none."""
+    import dataclasses
+    import warnings
+
+    from rllog.sinks import Wandb, resolve_sinks
+
+    sinks = resolve_sinks(report_to)
+    if not any(isinstance(s, Wandb) for s in sinks):
+        if project:
+            warnings.warn(
+                f"setup_logging(wandb_project={project!r}): rllog writes no W&B run unless report_to names "
+                "wandb; pass report_to='wandb' (use_rllog(report_to='wandb')) to log this run to that project",
+                UserWarning,
+                stacklevel=3,
+            )
+        return report_to
+    return [
+        dataclasses.replace(s, project=s.project or project, run_name=s.run_name or name)
+        if isinstance(s, Wandb)
+        else s
+        for s in sinks
+    ]
 
 
 @contextlib.contextmanager
@@ -280,18 +314,27 @@ class RllogRunStore:
             )
 
     def truncate_metrics(self, from_step: int) -> int:
-        """tinker-cookbook's resume drops rows at or past ``from_step``; rllog moved them to
+        """tinker-cookbook's resume drops rows at or past ``from_step`` (``epoch *
+        n_batches + batch`` in its supervised loop); rllog moved them to
         metrics.superseded.jsonl when the logger opened (``resume=True``). Returns 0; warns
-        when the logger resumed elsewhere (or did not resume), since rows past
+        when the logger moved rows from another step (or did not resume), since rows past
         ``from_step`` are then still in metrics.jsonl."""
         logger = self.run_logger
         state = getattr(logger, "resume_state", None)
-        if logger.is_writer and (state is None or state.batch != from_step):
+        point = getattr(logger, "_resume_point", None)  # the step rllog moved rows aside from
+        if logger.is_writer and (state is None or point != from_step):
+            if state is None:
+                why = "did not resume; open it with resume=True (setup_logging's default)"
+            elif point is None:
+                why = (
+                    f"could not tell where checkpoint {state.name!r} stands among the rows (see its warning)"
+                )
+            else:
+                why = f"moved the rows from step {point} on aside"
             logger._notes.warn_once(
                 "tinker_resume",
-                f"tinker-cookbook resumes at step {from_step}, but this logger "
-                + ("did not resume" if state is None else f"resumed at {state.batch}")
-                + "; open it with resume=True (setup_logging's default) so rows past the checkpoint are moved aside",
+                f"tinker-cookbook resumes at step {from_step}, but this logger {why}: rows logged past "
+                f"step {from_step} before the resume may stand beside the re-run ones",
             )
         return 0
 

@@ -221,8 +221,11 @@ class RllogCallback(_Base):  # type: ignore[misc,valid-type]  # transformers' Tr
         groups = _groups(prompts, g if isinstance(g, int) and g > 0 else 1)
         tok = getattr(trainer, "processing_class", None)
         tok = getattr(tok, "tokenizer", tok)  # a processor wraps its tokenizer
+        # one tokenizer call per kind for the step; a group's completions share its prompt
+        ob_len_G = _token_counts(tok, [prompts[idx[0]] for idx in groups], prompt=True)
+        ac_len_N = _token_counts(tok, completions, prompt=False)
         trajectories: list[list[dict[str, Any]]] = []
-        for idx in groups:
+        for gi, idx in enumerate(groups):
             trajs: list[dict[str, Any]] = []
             for i in idx:
                 per_func = {name: col[i] for name, col in rewards.items() if i < len(col)}
@@ -235,8 +238,8 @@ class RllogCallback(_Base):  # type: ignore[misc,valid-type]  # transformers' Tr
                         "steps": [
                             {
                                 "reward": total,
-                                "ob_len": _count_tokens(tok, prompts[i], prompt=True),
-                                "ac_len": _count_tokens(tok, completions[i], prompt=False),
+                                "ob_len": ob_len_G[gi],
+                                "ac_len": ac_len_N[i],
                                 "episode_done": True,
                                 "logs": {k: _text(v[i]) for k, v in extra.items() if i < len(v)},
                             }
@@ -246,7 +249,16 @@ class RllogCallback(_Base):  # type: ignore[misc,valid-type]  # transformers' Tr
                 )
             trajectories.append(trajs)
         eval_name = "eval" if is_eval else None
-        logger.log_rollouts(step, trajectories, eval_name=eval_name)
+        counted = None not in ob_len_G and None not in ac_len_N
+        if counted:
+            logger.log_rollouts(step, trajectories, eval_name=eval_name)
+        else:  # summaries are in tokens; the report with the text is still written
+            self._warn(
+                "token-counts",
+                f"rllog: the trainer's processing_class ({type(tok).__name__}) could not count the tokens of "
+                f"step {step}'s prompts or completions, so that step has no rollout summaries file (it and "
+                "every such step still get their report with the prompts, completions and rewards)",
+            )
         title = f"{'Eval' if is_eval else 'Train'} completions at step {step} ({n} completions, {len(groups)} prompts)"
         report = (
             logger.evaluation("eval", step, num_groups_to_log=self.num_groups_to_log, title=title)
@@ -275,7 +287,7 @@ class RllogCallback(_Base):  # type: ignore[misc,valid-type]  # transformers' Tr
                         logtree.trajectory_stats(
                             t,
                             total_reward=totals[t],
-                            steps=traj["steps"],
+                            steps=traj["steps"] if counted else None,
                             metrics=traj["trajectory_metrics"],
                         )
 
@@ -322,18 +334,61 @@ def _groups(prompts: list[Any], g: int) -> list[list[int]]:
     return out
 
 
+def _token_counts(tok: Any, values: list[Any], *, prompt: bool) -> list[int | None]:
+    """Tokens in each of ``values`` (prompts with ``prompt``, else completions), as
+    :func:`_count_tokens` counts them, in one tokenizer call per kind (conversation
+    prompts through the chat template, texts) instead of one per value: a batch costs
+    about what two single calls do. When a batch call fails, each value of it is counted
+    alone, so one value the tokenizer cannot count is the only one left out (None).
+
+    Returns:
+        one count per value (``len(values)``), None where it could not be counted.
+    """
+    out: list[int | None] = [None] * len(values)
+    if tok is None or not values:
+        return out
+    chats = [i for i, v in enumerate(values) if prompt and isinstance(v, list)]
+    texts = [i for i, v in enumerate(values) if not (prompt and isinstance(v, list))]
+    for idx, chat in ((chats, True), (texts, False)):
+        if not idx:
+            continue
+        try:
+            if chat:
+                ids = tok.apply_chat_template(
+                    [values[i] for i in idx], add_generation_prompt=True, tokenize=True
+                )
+            else:
+                ids = tok([_plain(values[i]) for i in idx], add_special_tokens=False)
+            if isinstance(ids, Mapping):  # a BatchEncoding (__call__; transformers 5's chat template)
+                ids = ids["input_ids"]
+            counts: list[int | None] = [len(x) for x in ids]
+            if len(counts) != len(idx):  # not one sequence per value
+                raise ValueError("not a batch")
+        except Exception:  # count each alone: only a value the tokenizer cannot count is left out
+            counts = [_count_tokens(tok, values[i], prompt=prompt) for i in idx]
+        for i, n in zip(idx, counts, strict=True):
+            out[i] = n
+    return out
+
+
+def _plain(value: Any) -> str:
+    """The text of a completion (a conversation's message contents joined) or of a text prompt."""
+    if isinstance(value, list):
+        return "".join(str(m.get("content") or "") for m in value if isinstance(m, Mapping))
+    return str(value)
+
+
 def _count_tokens(tok: Any, value: Any, *, prompt: bool) -> int | None:
+    """Tokens of one prompt or completion: a conversation prompt with the chat template and
+    generation prompt, anything else as plain text without special tokens; None when
+    ``tok`` is None or cannot count it."""
     if tok is None:
         return None
     try:
-        if isinstance(value, list):  # a conversation
-            if prompt:
-                ids = tok.apply_chat_template(value, add_generation_prompt=True, tokenize=True)
-            else:
-                text = "".join(str(m.get("content") or "") for m in value if isinstance(m, Mapping))
-                ids = tok(text, add_special_tokens=False)["input_ids"]
+        if prompt and isinstance(value, list):  # a conversation
+            ids = tok.apply_chat_template(value, add_generation_prompt=True, tokenize=True)
         else:
-            ids = tok(str(value), add_special_tokens=False)["input_ids"]
+            ids = tok(_plain(value), add_special_tokens=False)["input_ids"]
         if isinstance(ids, Mapping):  # BatchEncoding from apply_chat_template in transformers 5
             ids = ids["input_ids"]
         return len(ids)

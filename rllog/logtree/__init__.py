@@ -205,8 +205,9 @@ def trajectory_stats(traj_idx: int, **kwargs: Any) -> None:
 
 def add_trajectories(records: Iterable[Mapping[str, Any]]) -> None:
     """Feed rollout-summary records to the current trace's "Trajectory Details" (no-op
-    without a trace); see :meth:`Trace.add_trajectories`. ``RunLogger.log_rollouts``
-    calls this so a loop that logs rollout summaries gets the section filled.
+    without a trace); see :meth:`Trace.add_trajectories`. ``RunLogger.log_rollouts`` does
+    not call it: inside an ``iteration()`` block, pass it the same records to fill the
+    report's section.
 
     Raises:
         TypeError / ValueError: a field has the wrong type, naming the record.

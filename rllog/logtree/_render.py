@@ -11,6 +11,14 @@ template walks in one loop (no recursive macro calls: a 64 x 16 iteration has ~2
 nodes). Every logged string reaches the page through jinja2 autoescaping; only
 :func:`rllog.logtree.html` markup is inserted as it is.
 
+Anchors: the element showing a text carries an id naming its node, so a link (a search
+hit, ``rllog serve``) can land on it without a script: nodes are numbered in document
+order (pre-order, the root ``body`` is 0, as :func:`rllog._read.search` numbers the
+JSON), and ``lt-N`` is node N when it is a ``p``/``pre`` text, a section's or a group's
+heading, or a ``details`` summary; ``lt-N-I`` is message I of conversation node N, or
+the I-th child of node N when that child is a bare string. The page highlights the
+element a URL fragment names (CSS ``:target``).
+
 Long texts: a text over ``COLLAPSE_CHARS`` shows its first ``HEAD_CHARS`` and folds the
 rest into a ``<details>``; past ``MAX_HTML_CHARS`` the page says how many characters
 were left out (they are in the JSON). Table cells stop at ``MAX_CELL_CHARS``.
@@ -143,7 +151,8 @@ def _render_html(view: TraceView) -> str:
     group_notes = {g: _group_note(recs) for g, recs in by_group.items()}
     events: list[tuple[Any, ...]] = []
     logged: list[int] = []
-    _flatten(view.content, events, group_notes, logged)
+    number = [1]  # the next node's number: the root (body) is 0
+    _flatten(view.content, events, group_notes, logged, number)
     shown = set(logged)
     page = (
         environment()
@@ -156,6 +165,7 @@ def _render_html(view: TraceView) -> str:
             logged_groups=logged,
             num_groups_to_log=view.num_groups_to_log,
             n_trajectories=len(trajectories),
+            details_anchor=f"lt-{number[0] + 1}",  # the heading of the Trajectory Details section
             traj_groups=[
                 (g, group_notes[g], g in shown, [_traj_row(r) for r in recs])
                 for g, recs in sorted(by_group.items())
@@ -168,53 +178,71 @@ def _render_html(view: TraceView) -> str:
 
 
 def _flatten(
-    children: list[Any], out: list[tuple[Any, ...]], notes: dict[int, str], logged: list[int]
+    children: list[Any],
+    out: list[tuple[Any, ...]],
+    notes: dict[int, str],
+    logged: list[int],
+    number: list[int],
+    parent: int = 0,
 ) -> None:
+    """Append the events of ``children`` (of node ``parent``) to ``out``; ``number[0]`` is
+    the next node's number in document order (see the module docstring), advanced here."""
     append = out.append
-    for node in children:
+    for at, node in enumerate(children):
         if type(node) is str:
-            append(_text_op("p", node))
+            append((*_text_op("p", node), f"lt-{parent}-{at}"))
             continue
+        n = number[0]
+        number[0] = n + 1
+        anchor = f"lt-{n}"
         data = node.data
         if data is not None:
             kind = data.get("type")
             if kind == "conversation":
-                append(("conversation", [_message(m) for m in data["messages"]], None, None))
+                append(("conversation", [_message(m) for m in data["messages"]], None, None, anchor))
             elif kind == "table":  # cells as (text, is a number)
                 rows = [[(_fmt(c), type(c) in (int, float)) for c in r] for r in data["rows"]]
-                append(("table", [_fmt(c) for c in data["columns"]], rows, data.get("caption")))
+                append(("table", [_fmt(c) for c in data["columns"]], rows, data.get("caption"), None))
             elif kind == "html":
                 # jinja2's; imported at the first raw-HTML node, so importing rllog does not load it
                 from markupsafe import Markup
 
-                append(("html", Markup(data["html"]), None, None))
+                append(("html", Markup(data["html"]), None, None, None))
             elif kind == "exception":
-                append(
-                    ("exception", f"{data['exc_type']}: {data['message']}", _clip(data["traceback"]), None)
-                )
+                text = f"{data['exc_type']}: {data['message']}"
+                append(("exception", text, _clip(data["traceback"]), None, None))
+            number[0] += _count(node.children)
             continue
         tag = node.tag
         kids = node.children
         if tag == "p" or tag == "pre":
-            append(_text_op(tag, kids[0] if len(kids) == 1 else "".join(kids)))
+            append((*_text_op(tag, kids[0] if len(kids) == 1 else "".join(kids)), anchor))
+            number[0] += _count(kids)
         elif tag == "section":
             head = kids[0]
-            append(("section", head.tag, _text(head), None))
-            _flatten(kids[1:], out, notes, logged)
-            append(("end_section", None, None, None))
+            append(("section", head.tag, _text(head), None, f"lt-{number[0]}"))
+            number[0] += _count(kids[:1])
+            _flatten(kids[1:], out, notes, logged, number, n)
+            append(("end_section", None, None, None, None))
         elif tag == "details":
             summary = kids[0]
             if node.attrs.get("class") == "lt-group":
                 g = int(node.attrs["id"][len("group-") :])
                 logged.append(g)
                 head = summary.children[0]
-                append(("group", head.tag, _text(head), (g, notes.get(g, ""))))
+                append(("group", head.tag, _text(head), (g, notes.get(g, "")), f"lt-{number[0] + 1}"))
             else:
-                append(("details", _text(summary), "open" in node.attrs, None))
-            _flatten(kids[1:], out, notes, logged)
-            append(("end_details", None, None, None))
+                append(("details", _text(summary), "open" in node.attrs, None, f"lt-{number[0]}"))
+            number[0] += _count(kids[:1])
+            _flatten(kids[1:], out, notes, logged, number, n)
+            append(("end_details", None, None, None, None))
         else:
-            _flatten(kids, out, notes, logged)
+            _flatten(kids, out, notes, logged, number, n)
+
+
+def _count(children: list[Any]) -> int:
+    """The number of nodes in ``children`` and below (strings are not nodes)."""
+    return sum(1 + _count(c.children) for c in children if type(c) is not str)
 
 
 def _text(node: Node) -> str:
@@ -222,7 +250,7 @@ def _text(node: Node) -> str:
 
 
 def _text_op(op: str, text: str) -> tuple[Any, ...]:
-    """``(op, text)`` for a short text, ``(op + "_long", clipped)`` for a long one."""
+    """``(op, text, None, None)`` for a short text, ``(op + "_long", clipped, None, None)`` for a long one."""
     if len(text) <= COLLAPSE_CHARS:
         return (op, text, None, None)
     return (op + "_long", _clip(text), None, None)

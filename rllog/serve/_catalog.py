@@ -15,20 +15,24 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from rllog._format.layout import DOCTOR_FILE, METRICS_FILE, SUPERSEDED_FILE
 from rllog._read.run import Run, read_run
 from rllog._read.status import run_status
-from rllog._read.summary import key_metrics
+from rllog._read.summary import pick_key_metrics
 from rllog._svgchart import ema
 from rllog.storage import Storage, open_storage
 
 __all__ = ["Catalog", "RunEntry", "downsample"]
 
-#: seconds between two re-reads of one run's new bytes (requests in between share one read)
-REFRESH_EVERY = 0.5
+#: seconds between two re-reads of one local run's new bytes (requests in between share one
+#: read; a look that finds nothing new costs a few stat calls and small reads)
+REFRESH_EVERY = 0.1
+#: ... of a bucket run (each look is a few requests)
+REFRESH_BUCKET_EVERY = 0.5
 #: a growing run's findings are recomputed at most this often (seconds; more for slow runs)
 DOCTOR_EVERY = 10.0
 #: /api/runs reads runs not read yet itself for this long (seconds), then leaves the rest to the worker
@@ -42,6 +46,8 @@ STALL_SECONDS = 600.0
 #: x axes a chart may use besides the step: a logged progress column, or wall time
 X_WALL = "wall time"
 _WALL_KEYS = ("time/total", "time/training_loop/total", "time/step", "time/iteration", "step_time")
+#: smoothed full-length series kept per run (zoom requests reuse them)
+_EMA_KEPT = 4
 _SKIP_DIRS = {".git", "__pycache__", "node_modules", ".venv", "checkpoints"}
 _MAX_DEPTH = 8
 
@@ -55,24 +61,27 @@ def _run_id(location: str) -> str:
 
 
 def downsample(x: Any, y: Any, points: int) -> tuple[Any, Any]:
-    """At most about ``points`` of ``(x, y)`` (x increasing): all of them when few enough,
-    else the minimum and maximum of each of ``points // 2`` equal-count buckets, in x order,
-    so spikes survive (the M4/min-max idea)."""
+    """At most about ``points`` of ``(x, y)`` (x increasing, y finite): all of them when few
+    enough, else the minimum and maximum of each of ``points // 2`` equal-count buckets (their
+    first occurrences), in x order, so spikes survive (the M4/min-max idea). A few vector
+    operations, whatever the length."""
     import numpy as np
 
     n = len(x)
     if n <= points:
         return x, y
     buckets = max(1, points // 2)
-    edges = np.linspace(0, n, buckets + 1).astype(np.int64)
-    keep = []
-    for a, b in zip(edges[:-1], edges[1:], strict=True):
-        if b <= a:
-            continue
-        seg = y[a:b]
-        i, j = a + int(np.argmin(seg)), a + int(np.argmax(seg))
-        keep += [i, j] if i <= j else [j, i]
-    idx = np.unique(np.asarray(keep, dtype=np.int64))
+    starts = np.unique(np.linspace(0, n, buckets + 1).astype(np.int64)[:-1])
+    bucket = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, n)))
+
+    def firsts(hit: Any) -> Any:  # the first index of each bucket where hit is True
+        at = np.flatnonzero(hit)
+        b = bucket[at]
+        return at[np.concatenate(([True], b[1:] != b[:-1]))]
+
+    lo = firsts(y == np.minimum.reduceat(y, starts)[bucket])
+    hi = firsts(y == np.maximum.reduceat(y, starts)[bucket])
+    idx = np.union1d(lo, hi)
     return x[idx], y[idx]
 
 
@@ -81,9 +90,10 @@ class RunEntry:
     """One run: its reader (read on first need, see :meth:`load`), what was computed from it,
     and when it last grew.
 
-    Everything a request needs is computed from columns (one float64 array per metric,
-    built on first use) and cached until new rows arrive; the doctor runs off the request
-    path (:meth:`compute_findings`, called by the catalog's worker thread).
+    Everything a request needs is computed from the run's columns
+    (:meth:`rllog.Run.table`: one float64 array per metric, no dict per row, new bytes
+    appended as they come) and cached until the rows change; the doctor runs off the
+    request path (:meth:`compute_findings`, called by the catalog's worker thread).
     """
 
     id: str
@@ -96,12 +106,11 @@ class RunEntry:
     checked: float = 0.0  # monotonic time of the last refresh
     grew: float = field(default_factory=time.time)  # wall time new rows were last seen
     version: int = -1  # -1 until read, then one more at each change of its rows
-    _columns: dict[str, Any] = field(default_factory=dict)
+    _cache: dict[Any, Any] = field(default_factory=dict)  # derived from the rows; emptied when they change
     _summary: tuple[Any, dict[str, Any]] | None = None
     _findings: tuple[Any, list[dict[str, Any]]] | None = None  # (version or doctor.jsonl size, findings)
     _doctor_at: float = 0.0  # monotonic time the doctor last finished
     _doctor_took: float = 0.0  # seconds it took
-    _restarts: int = 0  # restarts found in the metrics file, as last counted
     lock: threading.RLock = field(default_factory=threading.RLock)
 
     @property
@@ -113,7 +122,9 @@ class RunEntry:
         with self.lock:
             if self.run is None and self.error is None:
                 try:
-                    self.run = read_run(self.location, **self.options)
+                    run = read_run(self.location, **self.options)
+                    run.table()  # the columns, read now (off the request path when the worker loads)
+                    self.run = run
                 except (OSError, ValueError) as exc:
                     self.error = f"{self.location}: not read ({type(exc).__name__}: {exc})"
                     return False
@@ -143,35 +154,33 @@ class RunEntry:
         return self.run
 
     def refresh(self) -> None:
-        """Read the run's new bytes (at most every :data:`REFRESH_EVERY` seconds; nothing before
-        it is loaded, nothing while another thread reads or diagnoses it)."""
+        """Read the run's new bytes (at most every :data:`REFRESH_EVERY` seconds, a bucket run every
+        :data:`REFRESH_BUCKET_EVERY`; nothing before it is loaded, nothing while another thread
+        reads or diagnoses it)."""
         if not self.lock.acquire(blocking=False):
             return
         with self.lock:
             self.lock.release()  # held once more by the with
             now = time.monotonic()
-            if self.run is None or now - self.checked < REFRESH_EVERY:
+            if self.run is None or now - self.checked < (
+                REFRESH_BUCKET_EVERY if self.bucket else REFRESH_EVERY
+            ):
                 return
             self.checked = now
-            before = (self.run.rows_read, len(self.run.superseded_rows), self.run.restarts)
             try:
-                new = self.run.refresh()
+                changed = self.run.refresh_table()
             except OSError:  # a bucket that does not answer: show what was read
                 return
-            # a rewrite (resume, folder replaced) may leave as many rows as before: any
-            # row returned, row moved aside or restart is a change
-            after = (self.run.rows_read, len(self.run.superseded_rows), self.run.restarts)
-            if new or after != before:
+            if changed:  # rows added, merged or moved aside, a restart, the file rewritten
                 self.version += 1
                 self.grew = time.time()
-                self._columns.clear()
+                self._cache.clear()
 
     # -- metrics -------------------------------------------------------------------------
     def metric_names(self) -> list[str]:
-        """Numeric metrics (a value of any row is a number), in first-logged order, the step column excluded."""
+        """Numeric metrics (some standing row holds a number), in first-logged order, the step column excluded."""
         run = self.require()
-        table = self._table()
-        return [k for k in table["columns"] if k in table["numeric"] and k != run.step_key]
+        return [k for k in run.table().numeric if k != run.step_key]
 
     def x_options(self) -> list[str]:
         """The x axes this run offers: its step column, ``progress/batch`` when logged, wall time."""
@@ -182,38 +191,54 @@ class RunEntry:
             out.append(X_WALL)
         return out
 
-    def _table(self) -> dict[str, Any]:
-        """Every column of the standing rows, built in one pass (:func:`row_columns`), cached until new rows arrive."""
-        run = self.require()
+    def _cached(self, key: Any, build: Callable[[], Any]) -> Any:
         with self.lock:
-            if "\0table" not in self._columns:
-                self._columns["\0table"] = row_columns(run.rows)
-            return self._columns["\0table"]
+            if key not in self._cache:
+                self._cache[key] = build()
+            return self._cache[key]
 
     def column(self, key: str) -> Any:
         """``key``'s values on the standing rows as float64 (NaN where missing or not a number)."""
         import numpy as np
 
-        run = self.require()
-        with self.lock:
-            if key not in self._columns:
-                if key == X_WALL:
-                    wall = next((k for k in _WALL_KEYS if k in self.metric_names()), None)
-                    per = np.nan_to_num(self.column(wall), nan=0.0) if wall else None
-                    self._columns[key] = np.cumsum(per) if per is not None else self.column("")
-                elif key in ("", "row"):
-                    self._columns[key] = np.arange(len(run.rows), dtype=float)
-                else:
-                    values, _ = self._table()["columns"].get(key, (None, None))
-                    self._columns[key] = values if values is not None else np.full(len(run.rows), np.nan)
-            return self._columns[key]
+        table = self.require().table()
+        if key == X_WALL:
+            wall = next((k for k in _WALL_KEYS if k in self.metric_names()), None)
+            if wall is None:
+                return self.column("row")
+            return self._cached(X_WALL, lambda: np.cumsum(np.nan_to_num(table.column(wall), nan=0.0)))
+        if key in ("", "row"):
+            return self._cached("row", lambda: np.arange(table.standing, dtype=float))
+        return table.column(key)
 
     def logged_nonfinite(self, key: str) -> Any:
         """Row positions where ``key`` was logged as NaN/Infinity (a missing key is not a NaN)."""
+        return self.require().table().nonfinite(key)
+
+    def _sorted(self, key: str, x: str) -> tuple[Any, Any]:
+        """The finite points of ``key`` against ``x``, in x order (cached until the rows change)."""
         import numpy as np
 
-        _, bad = self._table()["columns"].get(key, (None, None))
-        return np.flatnonzero(bad) if bad is not None else np.empty(0, dtype=np.int64)
+        def build() -> tuple[Any, Any]:
+            xs, ys = self.column(x), self.column(key)
+            finite = np.isfinite(ys) & np.isfinite(xs)
+            ax, ay = xs[finite], ys[finite]
+            if len(ax) > 1 and not bool((ax[1:] >= ax[:-1]).all()):  # the step column is in order already
+                order = np.argsort(ax, kind="stable")
+                ax, ay = ax[order], ay[order]
+            return ax, ay
+
+        return self._cached(("sorted", key, x), build)
+
+    def _ema(self, key: str, x: str, smooth: float) -> Any:
+        """The EMA of ``key``'s finite points in ``x`` order; the last few are kept (each is a full-length array)."""
+        recent = self._cache.setdefault("ema", {})
+        k = (key, x, smooth)
+        if k not in recent:
+            if len(recent) >= _EMA_KEPT:
+                del recent[next(iter(recent))]
+            recent[k] = ema(self._sorted(key, x)[1], smooth)
+        return recent[k]
 
     def series(
         self, key: str, x: str, points: int, x0: float | None, x1: float | None, smooth: float = 0.0
@@ -224,36 +249,39 @@ class RunEntry:
         "smoothed": {"x", "y"} (empty when ``smooth`` is 0), "nonfinite": [[x,
         "NaN"|"Infinity"|"-Infinity"], ...], "superseded": {"x", "y"}, "resumes": [x, ...]}``.
         ``smooth``: the EMA weight in [0, 1) (:func:`ema`), applied to every finite point
-        of the series in x order, before the range and the downsampling.
+        of the series in x order, before the range and the downsampling. The whole range
+        is computed once per change of the rows; a zoomed one on each request.
         """
+        x = x if x in self.x_options() else (self.require().step_key or "row")
+        if x0 is None and x1 is None:
+            return self._cached(
+                ("series", key, x, points, smooth), lambda: self._series(key, x, points, None, None, smooth)
+            )
+        return self._series(key, x, points, x0, x1, smooth)
+
+    def _series(
+        self, key: str, x: str, points: int, x0: float | None, x1: float | None, smooth: float
+    ) -> dict[str, Any]:
         import numpy as np
 
         run = self.require()
+        table = run.table()
         step_key = run.step_key or "row"
-        x = x if x in self.x_options() else step_key
-        xs = self.column(x)
-        ys = self.column(key)
-        finite = np.isfinite(ys) & np.isfinite(xs)
-        order = np.argsort(xs[finite], kind="stable")
-        ax, ay = xs[finite][order], ys[finite][order]
-        inside = np.ones(len(ax), dtype=bool)
-        if x0 is not None:
-            inside &= ax >= x0
-        if x1 is not None:
-            inside &= ax <= x1
-        sx, sy = ax[inside], ay[inside]
+        ax, ay = self._sorted(key, x)
+        lo = 0 if x0 is None else int(np.searchsorted(ax, x0, side="left"))
+        hi = len(ax) if x1 is None else int(np.searchsorted(ax, x1, side="right"))
+        hi = max(lo, hi)
+        sx, sy = ax[lo:hi], ay[lo:hi]
         dx, dy = downsample(sx, sy, points)
         smoothed: dict[str, list[float]] = {"x": [], "y": []}
         if smooth > 0 and len(ax) > 1:
             with self.lock:
-                cache = f"\0ema\0{key}\0{x}\0{smooth!r}"
-                if cache not in self._columns:
-                    self._columns[cache] = ema(ay, smooth)
-                ey = self._columns[cache][inside]
+                ey = self._ema(key, x, smooth)[lo:hi]
             ex, ey = downsample(sx, ey, points)
             smoothed = {"x": ex.tolist(), "y": ey.tolist()}
         bad: list[list[Any]] = []
         at = self.logged_nonfinite(key)  # row positions: on any x axis
+        xs, ys = self.column(x), self.column(key)
         for sx_, sy_ in zip(xs[at].tolist(), ys[at].tolist(), strict=True):
             inside_ = (x0 is None or sx_ >= x0) and (x1 is None or sx_ <= x1)
             if math.isfinite(sx_) and inside_:
@@ -262,24 +290,25 @@ class RunEntry:
         sup_y: list[float] = []
         resumes: list[float] = []
         if x == step_key and run.step_key:
-            by_source: dict[str, list[float]] = {}
-            for row in run.superseded_rows:
-                s, v = _num(row.get(run.step_key)), _num(row.get(key))
-                if math.isfinite(s):
-                    by_source.setdefault(row["_source"], []).append(s)
-                    if math.isfinite(v):
-                        sup_x.append(s)
-                        sup_y.append(v)
-            resumes = sorted(
-                {min(v) for v in by_source.values() if v}
-                | {float(s) for _, s in run.restarts if isinstance(s, (int, float))}
-            )
+            steps = table.superseded_rows.column(run.step_key)
+            values = table.superseded_rows.column(key)
+            keep = np.isfinite(steps) & np.isfinite(values)
+            sup_x, sup_y = steps[keep].tolist(), values[keep].tolist()
+            starts = {float(steps[np.isfinite(steps)].min())} if np.isfinite(steps).any() else set()
+            aside = [(_num(r.get(run.step_key)), _num(r.get(key))) for r in run.moved_aside_rows]
+            if any(math.isfinite(s) for s, _ in aside):
+                starts.add(min(s for s, _ in aside if math.isfinite(s)))
+            for s, v in aside:
+                if math.isfinite(s) and math.isfinite(v):
+                    sup_x.append(s)
+                    sup_y.append(v)
+            resumes = sorted(starts | {float(s) for _, s in run.restarts if isinstance(s, (int, float))})
         return {
             "key": key,
             "x": dx.tolist(),
             "y": dy.tolist(),
             "n": int(len(sx)),
-            "total": int(finite.sum()),
+            "total": int(len(ax)),
             "downsampled": len(dx) < len(sx),
             "smoothed": smoothed,
             "nonfinite": bad,
@@ -355,7 +384,7 @@ class RunEntry:
             pos = np.arange(len(steps), dtype=float)
             steps = np.where(np.isfinite(steps), steps, pos).astype(np.int64)
         else:
-            steps = np.arange(len(run.rows), dtype=np.int64)
+            steps = np.arange(run.table().standing, dtype=np.int64)
         for k in self.metric_names():
             ys = self.column(k)
             bad = self.logged_nonfinite(k)
@@ -380,14 +409,8 @@ class RunEntry:
             "first_started_at": None, "ended_at": None, "host": None, "pid": None}  # fmt: skip
         if st["state"] == "running" and self.bucket and time.time() - self.grew > STALL_SECONDS:
             st["state"] = "stalled"
-        if st["resumes"] == 0:
-            # run.restarts parses the rows on first use: never while another thread reads them
-            if self.lock.acquire(timeout=0.05):
-                try:
-                    self._restarts = len(run.restarts)
-                finally:
-                    self.lock.release()
-            st["resumes"] = self._restarts
+        if st["resumes"] == 0:  # restarts appended to one metrics file (counted when its columns were read)
+            st["resumes"] = len(run.restarts)
         return st
 
     def summary(self) -> dict[str, Any]:
@@ -451,11 +474,13 @@ class RunEntry:
         import numpy as np
 
         run = self.require()
-        rows = run.rows
+        table = run.table()
         step_key = run.step_key
         steps = self.column(step_key) if step_key else np.empty(0)
         steps = steps[np.isfinite(steps)]
-        keys = key_metrics(rows, list(self._table()["columns"]), step_key, limit=12)  # the page picks 6
+        numeric = table.numeric
+        # the page picks 6; a column holding a number is one whose last value is a number
+        keys = pick_key_metrics(numeric, step_key, lambda ks: set(ks) & set(numeric), limit=12)
         metrics = {}
         for k in keys:
             col = self.column(k)
@@ -467,11 +492,13 @@ class RunEntry:
         for f in found or []:
             counts[f["severity"]] = counts.get(f["severity"], 0) + 1
         return {
-            "rows": len(rows),
+            "rows": table.standing,
             "version": self.version,
             "first_step": _int_or_float(steps.min()) if len(steps) else None,
             "last_step": _int_or_float(steps.max()) if len(steps) else None,
-            "duration": float(self.column(X_WALL)[-1]) if X_WALL in self.x_options() and rows else None,
+            "duration": float(self.column(X_WALL)[-1])
+            if X_WALL in self.x_options() and table.standing
+            else None,
             "metrics": metrics,
             "doctor": counts,
             "config": _flat(run.config or {}),
@@ -483,61 +510,6 @@ class RunEntry:
 def _int_or_float(v: Any) -> int | float:
     f = float(v)
     return int(f) if f.is_integer() else f
-
-
-_NUMBERS = frozenset((int, float))
-
-
-def row_columns(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Metric rows as columns, in one pass over the rows (a row dict is visited once, not once per key).
-
-    Returns ``{"columns": {key: (values, nonfinite)}, "numeric": {key, ...}}``: ``values``
-    float64 with NaN where the key is missing or its value is not a number (a string, null,
-    a bool, a list); ``nonfinite`` a bool array, True where the row logged NaN/±Infinity;
-    keys in first-logged order; ``numeric``: keys with a number in some row. Rows with the
-    same keys in the same order (nearly all rows of a metrics file) are converted together
-    by numpy, so 100k rows x 100 keys take about a second, not a minute.
-    """
-    import numpy as np
-
-    n = len(rows)
-    values: dict[str, Any] = {}
-    bad: dict[str, Any] = {}
-    numeric: set[str] = set()
-    i = 0
-    while i < n:
-        keys = tuple(rows[i])
-        block: list[list[Any]] = []
-        odd: list[tuple[int, int]] = []  # (row in block, key index) of cells that are not numbers
-        j = i
-        while j < n:
-            row = rows[j]
-            if len(row) != len(keys) or tuple(row) != keys:
-                break
-            vals = list(row.values())
-            if not _NUMBERS.issuperset(map(type, vals)):
-                for c, v in enumerate(vals):
-                    if type(v) not in _NUMBERS:
-                        vals[c] = math.nan
-                        odd.append((j - i, c))
-            block.append(vals)
-            j += 1
-        mat = np.array(block, dtype=float).reshape(j - i, len(keys))
-        nonfinite = ~np.isfinite(mat)
-        numbers = ~nonfinite
-        for r, c in odd:
-            nonfinite[r, c] = False
-        has = numbers.any(axis=0) | nonfinite.any(axis=0)
-        for c, k in enumerate(keys):
-            if k not in values:
-                values[k] = np.full(n, np.nan)
-                bad[k] = np.zeros(n, dtype=bool)
-            values[k][i:j] = mat[:, c]
-            bad[k][i:j] = nonfinite[:, c]
-            if has[c]:
-                numeric.add(k)
-        i = j
-    return {"columns": {k: (values[k], bad[k]) for k in values}, "numeric": numeric}
 
 
 def _num(v: Any) -> float:

@@ -117,7 +117,7 @@ def resolve_sinks(report_to: str | Any | Iterable[str | Any] | None) -> list[Any
 
     Raises:
         ValueError: an unknown name, or two sinks with the same name.
-        TypeError: an item that is neither a name nor a sink object.
+        TypeError: an item that is neither a name nor a sink object (a sink class too).
         ImportError: a named tracker's package is not installed (the message gives the
             ``pip install 'rllog[...]'`` line); raised here, at RunLogger construction.
         ValueError: also when trackio is named and a variable that would send its data off
@@ -142,6 +142,11 @@ def resolve_sinks(report_to: str | Any | Iterable[str | Any] | None) -> list[Any
                     f"report_to: unknown sink {item!r}; expected one of {[*_NAMES, 'all', 'none']} or a sink object"
                 )
             sinks.append(_TRACKERS[item][0]())
+        elif isinstance(item, type):  # a class has the methods too: Sink's check would pass it
+            raise TypeError(
+                f"report_to: {item.__name__} is a class; pass an instance, e.g. {item.__name__}() "
+                f"or {item.__name__}(...) with its options"
+            )
         elif isinstance(item, Sink):
             sinks.append(item)
         else:

@@ -6,6 +6,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from rllog._format.terminal import escape_controls
 from rllog._format.vocab import CONSOLE_KEYS
 
 __all__ = ["Console"]
@@ -14,7 +15,8 @@ __all__ = ["Console"]
 @dataclass
 class Console:
     """Print ``step 3 | env/all/reward/total=0.5 | ...`` per row (the keys of
-    :data:`rllog._format.vocab.CONSOLE_KEYS`, else the first 6), checkpoints and findings.
+    :data:`rllog._format.vocab.CONSOLE_KEYS`, else the first 6), checkpoints and findings;
+    control characters in them are shown escaped (:func:`rllog._format.terminal.escape_controls`).
 
     Args:
         stream: where to print (default ``sys.stderr`` at the time of each line).
@@ -25,11 +27,20 @@ class Console:
     keys: tuple[str, ...] = CONSOLE_KEYS
     name: str = "console"
 
+    def __post_init__(self) -> None:
+        keys = self.keys
+        if isinstance(keys, str) or not all(isinstance(k, str) for k in keys):
+            raise TypeError(
+                f"Console(keys=...) takes a sequence of metric names, e.g. ('loss',); got {keys!r:.80}"
+            )
+        self.keys = tuple(keys)
+
     def open(self, run: Any) -> None:
         return None
 
     def _print(self, line: str) -> None:
-        print(line, file=self.stream or sys.stderr, flush=True)
+        # keys, strings and names come from the job or the model: shown, never obeyed by the terminal
+        print(escape_controls(line), file=self.stream or sys.stderr, flush=True)
 
     def log_metrics(self, step: int, row: dict[str, Any]) -> None:
         parts = [f"step {step}"]

@@ -13,6 +13,8 @@ What a sink does not receive is always counted and said:
 - a sink that raises: the call is retried (tenacity, ``retries`` attempts with
   exponential backoff); if it still fails the sink is disabled with one warning naming
   it, the error and the consequence, and every later item is counted as missed by it.
+  ``SystemExit`` (a tracker library calling ``sys.exit()``) counts as a failure too: on
+  this thread it would end the thread, and with it every other sink and the live doctor.
 - ``close(timeout)``: waits at most ``timeout`` seconds for the queue to drain and the
   sinks to close, then says per sink how many rows it did not receive and why.
 """
@@ -65,6 +67,24 @@ class SinkRun:
     state: dict[str, Any] = field(default_factory=dict)
     config: dict[str, Any] | None = None
     save_state: Callable[[str, dict[str, Any]], None] | None = None
+
+
+def _renamed(
+    row: dict[str, Any], reserved: tuple[str, ...], sink: str, warn: Callable[[str, str], None]
+) -> dict[str, Any]:
+    """``row`` with each key the tracker keeps for itself (wandb's ``_step``...) sent as
+    ``rllog/<key>`` instead, so the tracker neither drops nor overwrites it; warned once
+    per sink and key."""
+    clash = [k for k in reserved if k in row]
+    if not clash:
+        return row
+    for k in clash:
+        warn(
+            f"sinks:reserved:{sink}:{k}",
+            f"{sink} keeps the key {k!r} for itself; rllog sends your {k!r} to {sink} as 'rllog/{k}' "
+            "(metrics.jsonl keeps it as logged)",
+        )
+    return {(f"rllog/{k}" if k in clash else k): v for k, v in row.items()}
 
 
 class _Stats:
@@ -245,7 +265,7 @@ class Dispatcher:
                 break
             try:
                 self._handle(kind, payload)
-            except Exception as exc:  # a bug in decoding must not stop the thread
+            except BaseException as exc:  # a decoding bug or a sys.exit() must not stop the thread
                 self._warn("sinks:internal", f"the sink thread skipped an item: {type(exc).__name__}: {exc}")
         if self._doctor is not None:
             self._findings(self._doctor.finish())
@@ -263,7 +283,7 @@ class Dispatcher:
             if hasattr(sink, "state") and not self._stats[sink.name].disabled:
                 try:
                     new[sink.name] = sink.state()
-                except Exception:
+                except BaseException:
                     continue
         if not new:
             return
@@ -354,7 +374,9 @@ class Dispatcher:
             row = decode_json(payload)
             step = row.pop("step")
             for sink in self.sinks:
-                if self._call(sink, "log_metrics", step, row):
+                reserved = getattr(sink, "reserved_keys", ())
+                sent = _renamed(row, reserved, sink.name, self._warn) if reserved else row
+                if self._call(sink, "log_metrics", step, sent):
                     self._stats[sink.name].rows += 1
             if self._doctor is not None:
                 if self._last_step is not None and step <= self._last_step:
@@ -402,7 +424,7 @@ class Dispatcher:
             if self._on_finding is not None:
                 try:
                     self._on_finding(finding)
-                except Exception as exc:
+                except BaseException as exc:  # SystemExit too: it would end the sink thread
                     self._warn("doctor:callback", f"on_finding raised {type(exc).__name__}: {exc}")
 
     def _open_all(self) -> None:
@@ -418,7 +440,7 @@ class Dispatcher:
             self.run.state = dict(state.get(sink.name, {})) if self.run.resume else {}
             try:
                 new = self._retrying(sink.open, self.run)
-            except Exception as exc:
+            except BaseException as exc:
                 self._disable(sink, "open", exc)
                 continue
             if new:
@@ -441,7 +463,7 @@ class Dispatcher:
         t0 = time.perf_counter()
         try:
             self._retrying(getattr(sink, method), *args)
-        except Exception as exc:
+        except BaseException as exc:  # SystemExit too: it would end the sink thread
             self._disable(sink, method, exc)
             if method == "log_metrics":
                 st.missed_error += 1

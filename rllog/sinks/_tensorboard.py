@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import io
 import os
+import posixpath
 import socket
 import struct
 import time
@@ -41,10 +42,14 @@ class TensorBoard:
     """Write TensorBoard event files.
 
     Args:
-        logging_dir: a folder inside the run (default ``"tensorboard"``), or an absolute
-            path or URL of its own (then opened with :func:`rllog.open_storage`).
+        logging_dir: a folder inside the run (default ``"tensorboard"``; ``"."`` is the run
+            folder itself), or an absolute path or URL of its own (then opened with
+            :func:`rllog.open_storage`).
         flush_every: rows buffered before one storage append (the buffer is also written
             when the queue is idle and at close).
+
+    Raises:
+        ValueError: a relative ``logging_dir`` that leads out of the run (``"../tb"``).
     """
 
     logging_dir: str = TENSORBOARD_DIR
@@ -57,6 +62,17 @@ class TensorBoard:
     _pending: int = field(default=0, init=False, repr=False)
     _pb: Any = field(default=None, init=False, repr=False)
     _crc: Any = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        logdir = self.logging_dir
+        if "://" not in logdir and not os.path.isabs(logdir):
+            rel = posixpath.normpath(logdir or ".")  # "./tb" -> "tb", "" -> "."
+            if rel == ".." or rel.startswith("../"):
+                raise ValueError(
+                    f"TensorBoard(logging_dir={logdir!r}) leads out of the run folder; give a folder "
+                    "inside it (e.g. 'tensorboard', or '.' for the run folder) or an absolute path or URL"
+                )
+            self.logging_dir = rel
 
     def check_installed(self) -> None:
         require("tensorboard", "tensorboard")
@@ -71,7 +87,7 @@ class TensorBoard:
         if "://" in logdir or os.path.isabs(logdir):
             self._storage, self._own_storage, prefix = open_storage(logdir), True, ""
         else:
-            self._storage, prefix = run.storage, logdir + "/"
+            self._storage, prefix = run.storage, "" if logdir == "." else logdir + "/"
         self._file = (
             f"{prefix}events.out.tfevents.{time.time():.6f}.{socket.gethostname()}.{os.getpid()}.rllog"
         )

@@ -82,6 +82,8 @@ class Trackio:
     group: str | None = None
     flush_every: int = 50
     name: str = field(default="trackio", init=False, repr=False)
+    #: trackio's reader puts its own timestamp under this key; a row's own are sent as ``rllog/<key>``
+    reserved_keys: tuple[str, ...] = field(default=("timestamp",), init=False, repr=False)
     _storage: Any = field(default=None, init=False, repr=False)
     _run: str = field(default="", init=False, repr=False)
     _id: str = field(default="", init=False, repr=False)

@@ -63,6 +63,10 @@ class Wandb:
     settings: dict[str, Any] = field(default_factory=dict)
     init_kwargs: dict[str, Any] = field(default_factory=dict)
     name: str = field(default="wandb", init=False, repr=False)
+    #: wandb writes its own values under these keys; a row's own are sent as ``rllog/<key>``
+    reserved_keys: tuple[str, ...] = field(
+        default=("_step", "_runtime", "_timestamp", "_wandb"), init=False, repr=False
+    )
     run: Any = field(default=None, init=False, repr=False)
     _segment: int = field(default=0, init=False, repr=False)
     _step: int = field(default=0, init=False, repr=False)

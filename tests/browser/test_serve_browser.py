@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -95,8 +96,13 @@ def _write_review_runs(root: Path) -> None:
         lg.log_metrics(0, {"loss": 1.0, "env/all/reward/total": 0.5})
     with RunLogger(root / "lt", code_diff=False) as lg:  # a logtree report with a planted message
         lg.log_metrics(0, {"loss": 1.0})
-        with lg.iteration(0), logtree.group(0):
-            logtree.conversation([{"role": "assistant", "content": LOGTREE_PLANTED}])
+        with lg.iteration(0):
+            for g in range(4):  # the planted message far down the report: the link must scroll to it
+                with logtree.group(g):
+                    for i in range(30):
+                        logtree.text(f"filler paragraph {i}")
+                    if g == 3:
+                        logtree.conversation([{"role": "assistant", "content": LOGTREE_PLANTED}])
 
 
 @pytest.fixture(scope="module")
@@ -296,13 +302,24 @@ def test_search_finds_a_logtree_message_and_opens_its_report(site):
     link = w.page.locator("#search-results a.hit-link").first
     link.wait_for()
     assert w.page.locator("#search-results a.hit-link").count() == 1
-    assert "report · group 0 · messages[0].content (assistant)" in link.inner_text()
+    assert "report · group 3 · messages[0].content (assistant)" in link.inner_text()
     link.click()
     report = w.page.locator("details#report[open] iframe.report")
     report.wait_for()
-    assert report.get_attribute("src").endswith("/files/train_iteration_000000.html")
+    assert re.search(r"/files/train_iteration_000000\.html#lt-\d+-0$", report.get_attribute("src"))
     frame = w.page.frame_locator("details#report iframe.report")
     assert LOGTREE_PLANTED in frame.locator("body").inner_text()
+    # the link lands on the message: it is the frame's :target, marked, and scrolled into the frame's view
+    target = frame.locator(":target")
+    target.wait_for()
+    assert target.inner_text().strip().endswith(LOGTREE_PLANTED) and "lt-msg" in target.get_attribute("class")
+    box = target.evaluate(
+        "(e) => { const r = e.getBoundingClientRect(); return [r.top, r.bottom, innerHeight]; }"
+    )
+    assert 0 <= box[0] < box[2] and box[1] > 0, box
+    assert target.evaluate("(e) => getComputedStyle(e).outlineStyle") == "solid"
+    assert w.page.locator("details#report").evaluate("(e) => e.getBoundingClientRect().top < innerHeight")
+    w.page.screenshot(path=str(site["shots"] / "search-hit-in-report-1400.png"))
     w.clean()
 
 

@@ -52,7 +52,8 @@ def snapshot(url: str, options: dict[str, Any]) -> dict[str, Any]:
     config.pop("log_path")
     return {
         "rows": without_times(run.rows),
-        "checkpoints": run.checkpoints,
+        # metrics_at: where metrics.jsonl stood, in bytes (they move with the wall-clock values in the rows)
+        "checkpoints": [{k: v for k, v in c.items() if k != "metrics_at"} for c in run.checkpoints],
         "config": config,
         "artifacts": artifacts,
         "rollouts": [r for r in read_rollouts(storage)],

@@ -4,7 +4,11 @@ release before the layered package (0.1.0), except timestamps, paths and wall-cl
 ``data/demo_golden.json`` holds one SHA-256 per file, made with 0.1.0's ``rllog demo``
 through :func:`_demo_norm.normalise`. A deliberate format change regenerates it and says
 so in the README and docs/FORMATS.md. Changes since 0.1.0: every iteration report page
-carries a Content-Security-Policy meta element (issue 13); no other byte of any file moved.
+carries a Content-Security-Policy meta element (issue 13), and its text elements carry the
+anchor ids search hits link to (issue 12, docs/FORMATS.md "Anchors in the HTML report");
+every checkpoint record rllog writes ends with ``metrics_at`` (where metrics.jsonl stood,
+issue 15), which :func:`_demo_norm.normalise` takes out (its byte count moves with the
+wall-clock values in the rows); no other byte of any file moved.
 """
 
 from __future__ import annotations

@@ -78,7 +78,13 @@ def test_all_ranks_write_their_own_rank_tagged_files_of_one_run(tmp_path):
             {"step": 3, "from_copy": float(rank)},  # the rank's pickled copy appends to its file
         ]
         assert r.config == {"rank": rank}
-        assert r.checkpoints == [{"name": "000003", "batch": 3}]
+        (ckpt,) = r.checkpoints
+        at = ckpt.pop("metrics_at")
+        assert ckpt == {"name": "000003", "batch": 3}
+        # where the rank's own file stood: after the logger's 3 rows (the pickled copy's row
+        # may reach the file before or after the record)
+        lines = [json.dumps(x, separators=(",", ":")).encode() + b"\n" for x in r.rows]
+        assert at["bytes"] in (len(b"".join(lines[:3])), len(b"".join(lines)))
     # every rank's rollout summaries of an iteration are kept, rank-tagged (no race)
     for step in range(3):
         for rank in range(3):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import fsspec
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from rllog import RunLogger
+from rllog.sinks import TensorBoard
 
 
 def _rows(n, start=0):
@@ -96,7 +98,7 @@ def test_config_checkpoints_reports_rollouts_and_findings_read_back_as_text_and_
     # every checkpoint record at its batch
     ckpts = _texts(acc, "checkpoints")
     assert [(s, json.loads(t.strip("`"))) for s, t in ckpts] == [
-        (r["batch"], r) for r in map(json.loads, (run / "checkpoints.jsonl").read_text().splitlines())
+        (r["batch"], _shown(r)) for r in map(json.loads, (run / "checkpoints.jsonl").read_text().splitlines())
     ]
     # a link to every iteration's report, at the iteration
     assert _texts(acc, "reports/train") == [
@@ -134,3 +136,28 @@ def test_event_files_go_to_the_bucket(tmp_path, gcs_server):
 
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+@pytest.mark.parametrize("logging_dir", [".", "", "./tb", "tb/x/.."])
+def test_logging_dir_is_normalised_inside_the_run(tmp_path, logging_dir):
+    # logging_dir="." (event files beside metrics.jsonl, for `tensorboard --logdir runs/`) made
+    # the storage refuse the name on the sink thread: TensorBoard was disabled after 3 tries
+    run = tmp_path / "run"
+    with RunLogger(run, report_to=TensorBoard(logging_dir=logging_dir), code_diff=False, index=False) as lg:
+        for i in range(3):
+            lg.log_metrics(i, {"loss": 1.0 / (i + 1)})
+    assert lg.warnings == []
+    folder = run / os.path.normpath(logging_dir or ".")
+    _, got = _scalars(folder)
+    assert [s for s, _ in got["loss"]] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("logging_dir", ["..", "../elsewhere", "tb/../../x"])
+def test_logging_dir_outside_the_run_fails_at_construction(logging_dir):
+    with pytest.raises(ValueError, match="logging_dir"):
+        TensorBoard(logging_dir=logging_dir)
+
+
+def _shown(record):
+    """A checkpoint record as the trackers get it: without rllog's own bookkeeping (metrics_at)."""
+    return {k: v for k, v in record.items() if k != "metrics_at"}

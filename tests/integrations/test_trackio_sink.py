@@ -43,7 +43,8 @@ CHILD = textwrap.dedent(
                     logtree.text(f"iteration <b>{i}</b>")
                 traj = {"steps": [{"ob_len": 5, "ac_len": 2, "reward": 1.0, "episode_done": True}], "final_reward": 0.0}
                 lg.log_rollouts(i, [[traj, traj]], tags=["math"])
-            lg.log_metrics(i, {"loss": math.nan if i >= 8 else 1.0 / (i + 1), "tag": "a", "big": math.inf})
+            lg.log_metrics(i, {"loss": math.nan if i >= 8 else 1.0 / (i + 1), "tag": "a", "big": math.inf,
+                               "timestamp": 1000.0 + i})
             if i == 5:
                 lg.log_checkpoint("000006", batch=6)
     with RunLogger(run, report_to=Trackio(project="proj"), resume=True, code_diff=False, index=False) as lg:
@@ -109,7 +110,11 @@ def test_rows_config_and_findings_reach_trackio_and_nothing_leaves_the_machine(t
         for r in extra
         if "checkpoint" in r
     ]
-    assert ckpts == [(r["batch"], r) for r in map(json.loads, open(f"{run}/checkpoints.jsonl"))]
+    # the trackers get each record without rllog's own bookkeeping (metrics_at)
+    assert ckpts == [
+        (r["batch"], {k: v for k, v in r.items() if k != "metrics_at"})
+        for r in map(json.loads, open(f"{run}/checkpoints.jsonl"))
+    ]
     standing = [json.loads(x) for x in open(f"{run}/metrics.jsonl")]
     superseded = [json.loads(x) for x in open(f"{run}/metrics.superseded.jsonl")]
     logs = sorted(got["logs"], key=lambda r: (r.get("rllog/segment", 0), r["step"]))
@@ -122,6 +127,9 @@ def test_rows_config_and_findings_reach_trackio_and_nothing_leaves_the_machine(t
         for k in ("loss", "big", "tag"):
             assert a[k] == b[k] or (math.isnan(a[k]) and math.isnan(b[k])), (k, a, b)
     assert first[0]["big"] == math.inf
+    # trackio puts its own time under "timestamp": the row's own arrives as "rllog/timestamp"
+    assert [r["rllog/timestamp"] for r in first] == [1000.0 + i for i in range(10)]
+    assert all(isinstance(r["timestamp"], str) for r in first)
     # the resumed rows, labelled: a re-run step stands as a second point, never as a silent duplicate
     assert [(r["step"], r["loss"], r["tag"]) for r in resumed] == [
         (6, 16.0, "b"),

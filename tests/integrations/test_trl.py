@@ -7,18 +7,20 @@ import json
 import math
 import os
 import warnings
+from types import SimpleNamespace
 
 import pytest
 
 pytest.importorskip("trl")
 from click.testing import CliRunner
+from tiny_trl import tokenizer as tiny_tokenizer
 from tiny_trl import trainer as tiny_trainer  # after the importorskip
 from transformers import TrainerCallback
 
 from rllog import read_run, stats
 from rllog.cli import main as cli
 from rllog.doctor import check_run
-from rllog.integrations.trl import attach
+from rllog.integrations.trl import RllogCallback, _token_counts, attach
 
 
 class Probe(TrainerCallback):
@@ -42,6 +44,106 @@ class Probe(TrainerCallback):
                 list(L["advantages"]),
             )
         )
+
+
+def _chat_ids(tok, conversation):
+    ids = tok.apply_chat_template(conversation, add_generation_prompt=True, tokenize=True)
+    return ids["input_ids"] if hasattr(ids, "keys") else ids
+
+
+class CountingTokenizer:
+    """The tiny tokenizer, recording each call rllog makes; ``refuse``: a text it cannot count."""
+
+    def __init__(self, refuse=None):
+        self.tok = tiny_tokenizer()
+        self.calls = []
+        self.refuse = refuse
+
+    def __call__(self, text, **kw):
+        self.calls.append("tokenize")
+        if self.refuse in (text if isinstance(text, list) else [text]):
+            raise ValueError("cannot count this")
+        return self.tok(text, **kw)
+
+    def apply_chat_template(self, conversation, **kw):
+        self.calls.append("chat_template")
+        return self.tok.apply_chat_template(conversation, **kw)
+
+
+def _log_one_step(path, tok, prompts, completions, strict=True):
+    """RllogCallback's on_log at step 1 over TRL-shaped ``_logs`` (groups of 4); the step's rollout records."""
+    n = len(completions)
+    trainer = SimpleNamespace(
+        _logs={
+            "prompt": prompts,
+            "completion": completions,
+            "rewards": {"r": [float(i % 2) for i in range(n)]},
+            "advantages": [0.5] * n,
+            "extra": {},
+            "images": [],
+        },
+        processing_class=tok,
+        num_generations=4,
+        reward_weights=None,
+    )
+    cb = RllogCallback(path, trainer=trainer, code_diff=False)
+    args = SimpleNamespace(to_dict=lambda: {"num_generations": 4})
+    state = SimpleNamespace(is_world_process_zero=True, global_step=0)
+    with warnings.catch_warnings():
+        if strict:
+            warnings.simplefilter("error", RuntimeWarning)  # a failure of the completions work warns
+        cb.on_train_begin(args, state, None)
+        state.global_step = 1
+        cb.on_log(args, state, None, logs={"loss": 0.5})
+        cb.on_train_end(args, state, None)
+    with open(os.path.join(path, "train_iteration_000001_rollout_summaries.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def test_token_counts_take_one_tokenizer_call_per_kind_a_step(tmp_path):
+    """A step's prompts (once per group) and completions are counted in one call each, with
+    the counts one call per value gives (before: two calls per completion)."""
+    questions = ["what is 1+2?", "what is 10+3? think"]
+    prompts = [[{"role": "user", "content": q}] for q in questions for _ in range(4)]
+    texts = ["3", "it is 3", "", "1+2=3 ok", "13", "13!", "ten plus three", "x"]
+    completions = [[{"role": "assistant", "content": t}] for t in texts]
+    tok = CountingTokenizer()
+    recs = _log_one_step(str(tmp_path / "run"), tok, prompts, completions)
+    assert tok.calls == ["chat_template", "tokenize"]
+    ref = tiny_tokenizer()
+    assert [r["steps"][0]["ob_len"] for r in recs] == [len(_chat_ids(ref, p)) for p in prompts]
+    assert [r["steps"][0]["ac_len"] for r in recs] == [
+        len(ref(t, add_special_tokens=False)["input_ids"]) for t in texts
+    ]
+    assert len({r["steps"][0]["ob_len"] for r in recs}) == 2  # the two prompts differ in length
+
+    # a text the tokenizer refuses: the batch falls back to one call per value, only that one is left out
+    tok = CountingTokenizer(refuse="it is 3")
+    counts = _token_counts(tok, completions, prompt=False)
+    assert counts[1] is None
+    assert counts[:1] + counts[2:] == [
+        len(ref(t, add_special_tokens=False)["input_ids"]) for t in texts[:1] + texts[2:]
+    ]
+    assert tok.calls == ["tokenize"] * (1 + len(texts))
+
+
+@pytest.mark.parametrize("tok", [None, "refusing"])
+def test_a_step_the_tokenizer_cannot_count_still_gets_its_report(tmp_path, tok):
+    """Without token counts there can be no rollout summaries (they are in tokens), but the
+    step's prompts, completions and rewards must not be lost with them."""
+    tok = CountingTokenizer(refuse="it is 3") if tok else None
+    prompts = [[{"role": "user", "content": "what is 1+2?"}]] * 4
+    texts = ["3", "it is 3", "three", "<img src=x onerror=alert(1)>"]
+    completions = [[{"role": "assistant", "content": t}] for t in texts]
+    path = str(tmp_path / "run")
+    with pytest.warns(RuntimeWarning, match="could not count the tokens of step 1") as caught:
+        with pytest.raises(FileNotFoundError):
+            _log_one_step(path, tok, prompts, completions, strict=False)
+    assert len([w for w in caught if "could not count" in str(w.message)]) == 1
+    html = open(os.path.join(path, "train_iteration_000001.html")).read()
+    for t in texts[:3]:
+        assert f">{t}<" in html or t in html
+    assert "&lt;img src=x onerror=alert(1)&gt;" in html and "<img src=x" not in html
 
 
 def _same(a, b):
@@ -115,6 +217,12 @@ def test_trainer_run_is_logged(kind, tmp_path):
                 assert rec["trajectory_metrics"][name] == col[i]
             assert rec["trajectory_metrics"]["advantage"] == advantages[i]
             assert rec["total_reward"] == sum(col[i] for col in rewards.values())
+            # tokens re-counted with the trainer's tokenizer: the prompt with the chat template, the completion's text
+            assert rec["steps"][0]["ob_len"] == len(_chat_ids(tr.processing_class, prompts[i]))
+            text = completions[i][0]["content"]
+            assert rec["steps"][0]["ac_len"] == len(
+                tr.processing_class(text, add_special_tokens=False)["input_ids"]
+            )
         tree = run.logtree(step, eval_name)
         text = json.dumps(tree)
         assert all(c[0]["content"] in text for c in completions)

@@ -177,7 +177,10 @@ def test_config_checkpoints_reports_rollouts_and_findings_reach_wandb(offline):
     rows = _history_rows(_run_files(offline))
     _same_rows(_metric_rows(rows), _jsonl(run / "metrics.jsonl"))
     # every checkpoint record, in order, at its batch
-    assert [r["checkpoint"] for r in rows if "checkpoint" in r] == _jsonl(run / "checkpoints.jsonl")
+    # the trackers get each record without rllog's own bookkeeping (metrics_at)
+    assert [r["checkpoint"] for r in rows if "checkpoint" in r] == [
+        {k: v for k, v in r.items() if k != "metrics_at"} for r in _jsonl(run / "checkpoints.jsonl")
+    ]
     assert [r["step"] for r in rows if "checkpoint" in r] == [1, 2, 3]
     # per iteration: the report file as an HTML panel, byte for byte (no stylesheet injected)
     reports = [r for r in rows if "reports/train" in r]
@@ -265,3 +268,38 @@ def test_a_kill_and_resume_leave_every_row_in_wandb_and_never_reuse_a_step(offli
     assert [r["_step"] for r in resumed] == list(range(STEP_BLOCK, STEP_BLOCK + 6))
     state = json.loads((run / "trackers.json").read_text())["wandb"]
     assert state["segments"] == 1 and state["next_step"] == STEP_BLOCK + 6
+
+
+def test_tinker_setup_logging_gives_its_wandb_project_and_name_to_the_wandb_sink(offline):
+    # tinker-cookbook's loop calls setup_logging(log_dir, wandb_project=cfg.wandb_project,
+    # wandb_name=cfg.wandb_name); both were dropped, so use_rllog(report_to=...) logged to
+    # wandb's "uncategorized" project under the folder's name
+    import dataclasses
+
+    from rllog.integrations.tinker import setup_logging
+
+    sink = dataclasses.replace(_sink(), project=None)
+    ml = setup_logging(str(offline / "run"), wandb_project="my-proj", wandb_name="exp-7", report_to=[sink, "console"],
+                       code_diff=False, index=False)  # fmt: skip
+    ml.log_metrics({"loss": 1.0}, step=0)
+    ml.close()
+    (run,) = [r.run for f in _run_files(offline) for r in records(f) if r.WhichOneof("record_type") == "run"][
+        :1
+    ]
+    assert (run.project, run.display_name) == ("my-proj", "exp-7")
+    assert sink.project is None  # the caller's options object is left as it was
+
+
+def test_keys_wandb_keeps_for_itself_arrive_renamed_not_overwritten(offline):
+    """A row's own ``_step``/``_runtime``/``_timestamp`` would be replaced by wandb's values."""
+    run = offline / "run"
+    with RunLogger(run, report_to=_sink(), code_diff=False, index=False) as lg:
+        for i in range(3):
+            lg.log_metrics(i, {"_step": 100 + i, "_runtime": 7.5, "_timestamp": 1.0, "loss": 0.5})
+    rows = _metric_rows(_history_rows(_run_files(offline)))
+    assert [r["rllog/_step"] for r in rows] == [100, 101, 102]
+    assert [r["_step"] for r in rows] == [0, 1, 2]  # wandb's own
+    assert all(r["rllog/_runtime"] == 7.5 and r["rllog/_timestamp"] == 1.0 and r["loss"] == 0.5 for r in rows)
+    assert [r["_step"] for r in _jsonl(run / "metrics.jsonl")] == [100, 101, 102]  # the file keeps them
+    said = [w for w in lg.warnings if "keeps the key" in w]
+    assert len(said) == 3 and "'_step'" in said[0] and "rllog/_step" in said[0]

@@ -304,3 +304,21 @@ def test_ppo_val_ratio_var_nan_is_no_finding_but_inf_is(tmp_path):
     with RunLogger(tmp_path / "ppo", code_diff=False, index=False) as lg:
         lg.log_metrics(6, {"val/ratio_var": float("inf")})
     assert "val/ratio_var" in [f.metric for f in check_run(tmp_path / "ppo") if f.check == "nonfinite"]
+
+
+def test_doctor_of_a_folder_without_metrics_says_so_and_exits_2(tmp_path):
+    # `rllog doctor runs/` (the parent folder) or a TensorBoard log folder said "only NaN/Inf
+    # were checked" and exited 0, so `rllog doctor $RUN --fail-on error` in a script passed
+    # on a wrong path; exit code 2 is documented for "the run could not be read"
+    (tmp_path / "runs" / "exp1").mkdir(parents=True)
+    write_run(tmp_path / "runs" / "exp1", healthy_rows())
+    tb = tmp_path / "tb"
+    tb.mkdir()
+    (tb / "events.out.tfevents.1.host.1.0").write_bytes(b"")
+    for folder in (tmp_path / "runs", tb):
+        res = CliRunner().invoke(main, ["doctor", str(folder)])
+        assert res.exit_code == 2, res.output
+        assert f"no metrics.jsonl in {folder}" in res.output and "nothing was checked" in res.output
+    assert "rllog import tensorboard" in res.output
+    with pytest.raises(FileNotFoundError, match="no metrics.jsonl"):
+        check_run(tmp_path / "runs")

@@ -241,3 +241,26 @@ def test_rollout_metric_names_with_a_lone_surrogate_are_refused(tmp_path: Path) 
         with pytest.raises(TypeError, match="lone surrogate"):
             logger.log_rollouts(0, [[{"steps": [{"reward": 1.0, "metrics": {"bad\ud800": 1.0}}]}]])
     assert not list((tmp_path / "run").glob("*rollout_summaries*"))
+
+
+def test_summary_json_is_strict_json_with_nonfinite_values_as_strings(tmp_path: Path) -> None:
+    # `rllog summary --json` wrote bare Infinity/NaN tokens: JSON.parse refuses them and jq 1.6
+    # reads Infinity as 1.797e308 and NaN as null, a diverged metric quietly turned into a
+    # number; `rllog doctor --json` spells them as strings
+    (tmp_path / "metrics.jsonl").write_text(
+        '{"step":0,"loss":1.0,"kl":0.5,"reward":1.0}\n{"step":1,"loss":Infinity,"kl":NaN,"reward":-Infinity}\n'
+    )
+    out = CliRunner().invoke(
+        main, ["summary", str(tmp_path), "--json", "-k", "loss", "-k", "kl", "-k", "reward"]
+    )
+    assert out.exit_code == 0, out.output
+
+    def refuse(token: str) -> None:
+        raise AssertionError(f"not strict JSON: {token}")
+
+    info = json.loads(out.output, parse_constant=refuse)
+    assert [(x["key"], x["value"], x["step"]) for x in info["last"]] == [
+        ("loss", "Infinity", 1),
+        ("kl", 0.5, 0),  # the last number: a NaN cell reads as missing, as in the DataFrame
+        ("reward", "-Infinity", 1),
+    ]

@@ -406,3 +406,14 @@ def test_no_reward_column_without_rewards(tmp_path):
     write_index(run)
     html = (run / "index.html").read_text()
     assert _reward_cells(html) == {0: {}} and ">reward</th>" not in html
+
+
+def test_index_of_a_run_with_a_non_numeric_step_value(tmp_path):
+    # one row whose step is a string (another tool's writer) made the page fail with
+    # "could not convert string to float: 'abc'"; summary, doctor and tail read the same file
+    (tmp_path / "metrics.jsonl").write_text(
+        '{"step":0,"loss":1.0}\n{"step":"abc","loss":2.0}\n{"step":2,"loss":3.0}\n'
+    )
+    result = CliRunner().invoke(main, ["index", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "loss" in (tmp_path / "index.html").read_text()

@@ -135,3 +135,14 @@ def test_string_valued_metric_is_reported_not_drawn_silently(tmp_path):
         and "no run has numeric values for ['phase']" in res.stderr
         and not (tmp_path / "q.svg").exists()
     )
+
+
+def test_values_near_the_float_limit_are_drawn_not_a_crash(tmp_path):
+    """A linear axis from -8e307 to 8e307 overflows matplotlib's ticks ("arange: cannot
+    compute length"); the chart switches to a symlog axis and keeps every point."""
+    rows = [{"step": i, "x": 8e307 * (-1) ** i, "y": float(i)} for i in range(6)]
+    run = write_run(tmp_path / "r", rows)
+    out = tmp_path / "p.png"
+    result = CliRunner().invoke(main, ["plot", str(run), "-k", "x", "-k", "y", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "overflow" not in result.output

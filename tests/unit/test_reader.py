@@ -278,7 +278,9 @@ def test_resume_by_the_writer_moves_rows_to_superseded(tmp_path):
     ]
     sup = run.superseded
     assert sup["_source"].tolist() == ["metrics.superseded.jsonl"] * 3 and sup["step"].tolist() == [3, 4, 5]
-    assert run.checkpoints == [{"name": "000002", "batch": 3}]
+    assert [{k: v for k, v in c.items() if k != "metrics_at"} for c in run.checkpoints] == [
+        {"name": "000002", "batch": 3}
+    ]
 
 
 def test_memory_run_round_trip():
@@ -301,7 +303,9 @@ def test_memory_run_round_trip():
     assert run.config == {"lr": 3e-4, "model": {"name": "tiny"}}
     assert run.metrics["env/all/reward/total"].tolist() == [0.0, 0.25, 0.5, 0.75]
     assert math.isnan(run.metrics["entropy"][2])
-    assert run.checkpoints == [{"name": "000003", "batch": 4, "final": True}]
+    [record] = run.checkpoints
+    assert record.pop("metrics_at")["bytes"] == storage.size("metrics.jsonl")  # where the rows stood
+    assert record == {"name": "000003", "batch": 4, "final": True}
     [it] = run.iterations
     assert it.iteration == 3 and it.eval_names == ["test"]
     assert [a.kind for a in it.artifacts] == ["logtree", "rollout_summaries", "html"]

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import warnings
+import zlib
 from pathlib import Path
 
 import chz
@@ -393,6 +394,10 @@ def test_checkpoint_records_and_loop_state_round_trip(tmp_path: Path) -> None:
                 )
         logger.log_checkpoint("final", batch=7, final=True)
     records = rows(tmp_path / "checkpoints.jsonl")
+    # where metrics.jsonl stood: its size and the CRC-32 of its last line (a resume reads only what follows)
+    last = b'{"step":2,"progress/batch":2}'
+    assert records[0].pop("metrics_at") == {"bytes": 3 * (len(last) + 1), "last_line_crc32": zlib.crc32(last)}
+    assert records[2].pop("metrics_at")["bytes"] == 7 * (len(last) + 1)
     assert records[0] == {
         "name": "000003",
         "batch": 3,
@@ -436,9 +441,11 @@ def test_checkpoint_loop_state_with_nan_paths_arrays_and_odd_names(tmp_path: Pat
         logger.warnings == [] and "a\ufffd" in (tmp_path / "index.html").read_text()
     )  # shown (lone surrogate as U+FFFD), not a failure
     line = (tmp_path / "checkpoints.jsonl").read_bytes()
+    row = b'{"step":0,"a":1.0}'
     assert line == (
         b'{"name":"a\xef\xbf\xbd","batch":1,"state_path":"/ck/000001","best":NaN,"worst":-Infinity,'
-        b'"r":[1.0,NaN],"where":"x"}\n'
+        b'"r":[1.0,NaN],"where":"x","metrics_at":{"bytes":%d,"last_line_crc32":%d}}\n'
+        % (len(row) + 1, zlib.crc32(row))
     )
     with RunLogger(tmp_path, resume=True, code_diff=False) as logger:
         state = logger.resume_state
@@ -561,9 +568,10 @@ def test_torn_last_line_is_moved_aside_and_new_rows_start_fresh(
             logger.log_metrics(7, {"a": 7})
             logger.log_checkpoint("c", batch=8)
     assert (tmp_path / "metrics.jsonl").read_bytes() == kept + b'{"step":7,"a":7}\n'
+    at = b'"metrics_at":{"bytes":%d,"last_line_crc32":%d}' % (len(kept) + 17, zlib.crc32(b'{"step":7,"a":7}'))
     assert (
         tmp_path / "checkpoints.jsonl"
-    ).read_bytes() == b'{"name": "a", "batch": 0}\n{"name":"c","batch":8}\n'
+    ).read_bytes() == b'{"name": "a", "batch": 0}\n{"name":"c","batch":8,' + at + b"}\n"
     assert (tmp_path / "checkpoints.jsonl.torn").read_bytes() == b'{"name": "b", "ba\n'
     if torn is None:
         assert not (tmp_path / "metrics.jsonl.torn").exists()
@@ -594,6 +602,42 @@ def test_only_rank_zero_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         monkeypatch.setenv(var, "2")
         assert not RunLogger(tmp_path / var, code_diff=False).is_writer, var
         monkeypatch.delenv(var)
+
+
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        (lambda lg: lg.log_metrics(-1, {"a": 1}), ValueError),
+        (lambda lg: lg.log_metrics(0, {1: 1.0}), TypeError),
+        (lambda lg: lg.log_metrics(0, {"step": 1}), ValueError),
+        (lambda lg: lg.log_metrics(0, {"a": [1, 2]}), TypeError),
+        (lambda lg: lg.log_checkpoint("c", batch=-1), ValueError),
+        (lambda lg: lg.log_checkpoint(None, batch=1), TypeError),
+        (lambda lg: lg.iteration(-1), ValueError),
+        (lambda lg: lg.iteration("3"), TypeError),
+        (lambda lg: lg.evaluation(None, 1), TypeError),
+        (lambda lg: lg.evaluation("math", -1), ValueError),
+        (lambda lg: lg.log_rollouts(-1, []), ValueError),
+    ],
+)
+def test_a_non_writing_rank_raises_what_rank_zero_raises(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call, error
+) -> None:
+    """A bug in the loop must not show only on rank 0 (or only on a 1-GPU debug run)."""
+    writer = RunLogger(tmp_path / "r0", code_diff=False, index=False)
+    monkeypatch.setenv("RANK", "1")
+    null = RunLogger(tmp_path / "r1", code_diff=False)
+    assert not null.is_writer
+    with pytest.raises(error) as at_writer:
+        call(writer)
+    with pytest.raises(error) as at_null:
+        call(null)
+    assert str(at_null.value) == str(at_writer.value)
+    writer.close()
+    null.close()
+    with pytest.raises(RuntimeError, match="closed RunLogger"):
+        null.log_metrics(1, {"a": 1.0})
+    assert not (tmp_path / "r1").exists()
 
 
 def test_writing_an_iteration_twice_warns_once(tmp_path: Path) -> None:

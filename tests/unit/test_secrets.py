@@ -278,3 +278,48 @@ def test_diff_lines_are_counted_and_pem_middles_redacted() -> None:
     ]
     out, n = redact_diff_lines(lines)
     assert n == 3 and out[0] == b"+x = 1" and out[-1] == b" y = 2" and b"MIIE" not in b"".join(out)
+
+
+def data_of(rows: list[bytes]) -> str:
+    return b"".join(rows).decode()
+
+
+def test_secrets_in_metric_string_values_reach_no_file_console_or_sink(tmp_path: Path, capsys) -> None:
+    """Strings logged as metrics (a phase label, a URL, an error text) go through the same
+    redaction as config values: to metrics.jsonl, the console and the sinks' rows."""
+    rows: list[bytes] = []
+    run = tmp_path / "run"
+    metrics = {path.replace(".", "/"): value for _id, path, value, _ in SHAPES}
+    metrics["phase"] = "train"
+    with RunLogger(run, console=True, index=False) as logger:
+        logger._metrics.tap = rows.append  # what the sinks' dispatcher receives
+        logger.log_metrics(0, {**metrics, "loss": 1.0})
+        logger.log_metrics(1, {"note": "retrying with key sk-proj-Ab12Cd34Ef56Gh78Ij90", "loss": 0.5})
+    shown = capsys.readouterr().out
+    assert _leaks(run) == []
+    leaked = [
+        id_ for id_, _p, _v, secret in SHAPES if secret in shown or any(secret.encode() in r for r in rows)
+    ]
+    assert leaked == []
+    assert "sk-proj-Ab12" not in shown + data_of(rows) + (run / "metrics.jsonl").read_text()
+    data = (run / "metrics.jsonl").read_text()
+    assert '"phase":"train"' in data and '"loss":0.5' in data  # what is not secret stays
+    assert f'"note":"retrying with key {REDACTED}"' in data
+    assert len(rows) == 2
+
+
+def test_the_secret_scanner_leaves_the_processs_warning_hook_alone(tmp_path: Path) -> None:
+    """detect-secrets' import calls ``logging.captureWarnings(True)``: without care, every
+    later warning of the user's process (rllog's own included) escapes ``catch_warnings``."""
+    script = f"""
+import warnings
+from rllog import RunLogger
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    with RunLogger({str(tmp_path / "run")!r}, config={{"note": "a long free-text value here"}}, index=False) as lg:
+        lg.log_metrics(0, {{"phase": "a long free-text label"}})
+    warnings.warn("after the scanner ran")
+print(len(caught))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "1", out.stderr

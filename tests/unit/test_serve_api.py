@@ -179,29 +179,6 @@ def test_index_every_rewrites_index_during_the_run(tmp_path):
     lg.close()
 
 
-def test_row_columns_match_the_rows_cell_by_cell():
-    from rllog.serve._catalog import row_columns
-
-    nan, inf = float("nan"), float("inf")
-    rows = [
-        {"step": 0, "a": 1.0, "b": "text"},
-        {"step": 1, "a": nan, "b": 2},
-        {"b": 3.5, "step": 2, "a": None},  # same keys, another order
-        {"step": 3, "c": True, "a": -inf},
-        {"step": 4, "a": [1], "d": None},
-    ]
-    table = row_columns(rows)
-    cols = table["columns"]
-    assert list(cols) == ["step", "a", "b", "c", "d"]
-    assert table["numeric"] == {"step", "a", "b"}  # c only a bool, d only null
-    a, a_bad = cols["a"]
-    np.testing.assert_array_equal(a, [1.0, nan, nan, -inf, nan])
-    assert a_bad.tolist() == [False, True, False, True, False]  # null and a list are not logged NaN
-    b, b_bad = cols["b"]
-    np.testing.assert_array_equal(b, [nan, 2.0, 3.5, nan, nan])
-    assert not b_bad.any()
-
-
 def test_runs_table_answers_before_a_big_run_is_read_and_the_doctor_matches(tmp_path, monkeypatch):
     from rllog.doctor import diagnose
     from rllog.serve import _catalog
@@ -271,3 +248,31 @@ def test_index_every_never_overlaps_detached_index_jobs(tmp_path, monkeypatch):
     while not (tmp_path / "r" / "index.html").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert (tmp_path / "r" / "index.html").exists()
+
+
+def test_a_served_run_holds_columns_not_a_dict_per_row(tmp_path):
+    """Runs table row, a chart and the doctor of a 20k-row x 50-metric run: what the server
+    keeps is ~8 bytes a cell (the columns), not the rows as dicts (~9x that)."""
+    import tracemalloc
+
+    from rllog.serve._catalog import Catalog
+
+    keys = [f"m{j}" for j in range(50)]
+    (tmp_path / "r").mkdir()
+    with open(tmp_path / "r" / "metrics.jsonl", "w") as f:
+        for s in range(20_000):
+            f.write(json.dumps({"step": s, **{k: math.sin(s + j) for j, k in enumerate(keys)}}) + "\n")
+    tracemalloc.start()
+    cat = Catalog([str(tmp_path / "r")])
+    try:
+        entry = cat.get(cat.runs()[0].id)
+        row = entry.summary()
+        s = entry.series("m3", "step", 2000, None, None, smooth=0.6)
+        entry.compute_findings()
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        cat.close()
+    assert row["rows"] == 20_000 and s["total"] == 20_000 and entry.column("m3")[7] == math.sin(10)
+    cells = 20_000 * 51 * 8
+    assert held < cells * 1.6 + 6e6, f"{held / 1e6:.0f} MB held for {cells / 1e6:.0f} MB of cells"

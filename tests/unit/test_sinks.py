@@ -248,3 +248,120 @@ def test_timers_nest_add_up_and_write_spans(tmp_path):
     assert all(s["step"] == 0 and s["end"] > s["start"] for s in spans)
     with pytest.raises(ValueError, match="timer name"):
         lg.timer("/x")
+
+
+def _ratio_findings(tmp_path, name, **options):
+    fired = []
+    with RunLogger(tmp_path / name, on_finding=fired.append, code_diff=False, index=False, **options) as lg:
+        for i in range(6):
+            lg.log_metrics(i, {"val/ratio": 1.5})  # inside the default bounds (0.5, 2.0)
+    return [(f["check"], f["threshold"]) for f in fired]
+
+
+def test_live_doctor_takes_thresholds_from_a_file_or_a_mapping(tmp_path):
+    # RunLogger(doctor=...) took only True or a Thresholds: a path or a dict ran the default
+    # thresholds without a word, so the alert the user configured never fired
+    (tmp_path / "t.toml").write_text("ratio_high = 1.2\n")
+    (tmp_path / "t.json").write_text('{"ratio_high": 1.2}')
+    assert _ratio_findings(tmp_path, "default", doctor=True) == []
+    for name, doctor in [
+        ("toml", tmp_path / "t.toml"),
+        ("json", str(tmp_path / "t.json")),
+        ("map", {"ratio_high": 1.2}),
+    ]:
+        ((check, threshold),) = _ratio_findings(tmp_path, name, doctor=doctor)
+        assert check == "ratio" and "1.2" in threshold, (name, threshold)
+
+
+def test_live_doctor_misuse_fails_at_construction(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.toml"):
+        RunLogger(tmp_path / "a", doctor=tmp_path / "nope.toml")
+    with pytest.raises(ValueError, match="ratio_hgh"):
+        RunLogger(tmp_path / "b", doctor={"ratio_hgh": 1.2})
+    with pytest.raises(TypeError, match="doctor="):
+        RunLogger(tmp_path / "c", doctor=3)
+    with pytest.raises(ValueError, match="on_finding"):  # it was never called without the doctor
+        RunLogger(tmp_path / "d", on_finding=print)
+    assert not any((tmp_path / n).exists() for n in "abcd")  # nothing opened
+
+
+def test_console_lines_show_control_characters_escaped(tmp_path, capsys):
+    # logged keys and strings come from the job or the model: printed raw, ESC [2J cleared the
+    # user's terminal and OSC 52 could write their clipboard (rllog/_format/terminal.py)
+    import io
+    import re
+
+    out = io.StringIO()
+    sink = rllog.sinks.Console(stream=out)
+    with RunLogger(tmp_path / "r", report_to=sink, console=True, code_diff=False, index=False) as lg:
+        lg.log_metrics(0, {"we\x1b[2Jird": 1.0, "title": "x\x1b]52;c;aGk=\x07", "bidi\u202e": 2})
+        lg.log_checkpoint("c\x1b[31m", batch=1)
+    for text in (out.getvalue(), capsys.readouterr().err):
+        assert "we\\u001b[2Jird=1" in text and "x\\u001b]52;c;aGk=\\u0007" in text, repr(text)
+        assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e]", text), repr(text)
+    assert "checkpoint c\\u001b[31m (batch 1)" in out.getvalue()
+
+
+def test_a_sink_raising_systemexit_is_disabled_and_the_others_go_on(tmp_path):
+    # a sink (or a tracker library under it) that calls sys.exit() ended the sink thread:
+    # every other sink and the live doctor stopped without a word, and close() blamed its timeout
+    class Exits(Recorder):
+        def log_metrics(self, step, row):
+            if step == 2:
+                raise SystemExit("tracker service died")
+
+    good, fired = Recorder("good"), []
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        with RunLogger(tmp_path / "r", report_to=[Exits("exits"), good], doctor=True, on_finding=fired.append,
+                       code_diff=False, index=False, sink_timeout=5) as lg:  # fmt: skip
+            lg._sinks._retrying.wait = lambda state: 0
+            for i in range(8):
+                lg.log_metrics(i, {"loss": math.nan if i == 5 else 1.0})
+    assert [s for s, _ in good.rows] == list(range(8))
+    assert [(f["check"], f["metric"]) for f in fired] == [("nonfinite", "loss")]
+    text = "\n".join(lg.warnings)
+    assert "sink exits failed (log_metrics raised SystemExit: tracker service died)" in text
+    assert "sink exits received 2 of 8" in text and "gave up" not in text and "sink good" not in text
+
+
+def test_close_timeout_bounds_the_wait_for_a_hung_sink(tmp_path):
+    # close(timeout=...) is "the seconds the whole close may take at most", but a hung sink
+    # held it for sink_timeout (30 s) whatever the timeout given
+    hung = threading.Event()
+
+    class Hung(BaseSink):
+        name = "hung"
+
+        def log_metrics(self, step, row):
+            hung.wait(60)
+
+    lg = RunLogger(tmp_path / "r", report_to=Hung(), code_diff=False, index=False)
+    try:
+        lg.log_metrics(0, {"x": 1.0})
+        t0 = time.monotonic()
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            lg.close(timeout=1.0)
+        assert time.monotonic() - t0 < 10, "close waited for the sink past its timeout"
+        assert any(w.startswith("sink hung received 0 of 1") for w in lg.warnings), lg.warnings
+        assert _rows(tmp_path / "r") == [{"step": 0, "x": 1.0}]
+    finally:
+        hung.set()
+
+
+@pytest.mark.parametrize("cls", [rllog.sinks.Console, rllog.sinks.TensorBoard, Recorder])
+def test_a_sink_class_instead_of_an_instance_fails_at_construction(tmp_path, cls):
+    # report_to=rllog.sinks.Console (no parentheses) passed the protocol check: the sink was
+    # disabled on the background thread ("open() missing 1 required positional argument"),
+    # or construction failed with "check_installed() missing 1 required positional argument"
+    with pytest.raises(TypeError, match=rf"{cls.__name__} is a class.*{cls.__name__}\(\)"):
+        RunLogger(tmp_path / "r", report_to=[cls])
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("keys", ["loss", [1, 2], ("loss", None)])
+def test_console_keys_must_be_metric_names(keys):
+    with pytest.raises(TypeError, match="sequence of metric names"):
+        rllog.sinks.Console(keys=keys)
+    assert rllog.sinks.Console(keys=["loss"]).keys == ("loss",)

@@ -117,3 +117,18 @@ def test_summary_doctor_tail_stream_a_50mb_run_in_bounded_memory(tmp_path):
         assert peak < 24 * 2**20, (
             f"rllog {tool} peaked at {peak / 2**20:.0f} MiB on a {size / 1e6:.0f} MB run"
         )
+
+
+def test_tail_numbers_lines_right_after_a_last_row_read_before_its_newline(tmp_path):
+    """A final poll takes a complete last row that has no newline yet; the newline that
+    arrives later ends that line, it does not start a new one."""
+    from rllog.storage import LocalStorage
+
+    path = tmp_path / "m.jsonl"
+    path.write_bytes(b'{"step":0}\n{"step":1}')
+    tail = JsonlTail(LocalStorage(tmp_path), "m.jsonl")
+    assert [n for n, _ in tail.poll(final=True)] == [1, 2]
+    with open(path, "ab") as f:
+        f.write(b'\n{"step":2}\nnot json\n')
+    assert [(n, r["step"]) for n, r in tail.poll()] == [(3, 2)]
+    assert tail.lines == 4 and "line 4" in tail.problems[-1]

@@ -262,8 +262,15 @@ async function rolloutsView(id, iter, split, group, traj) {
   const sp = meta && meta.splits.find((s) => (s.eval || null) === ev);
   body.append(el('h3', {}, `Iteration ${iter} · ${ev == null ? 'train' : 'eval: ' + (sp ? sp.label : ev)}`));
   // the report at files/<its name>: its links (run index, previous/next iteration) open the run's pages in the frame
-  // opened when the page came from a search hit in the report (route .../report)
-  if (sp && sp.report) body.append(el('details', { id: 'report', open: group === 'report' }, el('summary', {}, 'iteration report'), el('iframe', { class: 'report', sandbox: '', src: `/api/runs/${encodeURIComponent(id)}/files/${sp.report.split('/').map(encodeURIComponent).join('/')}`, title: 'iteration report' })));
+  // opened when the page came from a search hit in the report (route .../report/<anchor>): the
+  // frame's URL names the hit's element (#lt-...), which the report scrolls to and marks (:target) without a script
+  const fromHit = group === 'report';
+  if (sp && sp.report) {
+    const frag = fromHit && traj ? `#${encodeURIComponent(traj)}` : '';
+    const box = el('details', { id: 'report', open: fromHit }, el('summary', {}, 'iteration report'), el('iframe', { class: 'report', sandbox: '', src: `/api/runs/${encodeURIComponent(id)}/files/${sp.report.split('/').map(encodeURIComponent).join('/')}${frag}`, title: 'iteration report' }));
+    body.append(box);
+    if (fromHit) box.scrollIntoView({ block: 'start' });
+  }
   if (!sp || !sp.kinds.includes('rollout_summaries')) { body.append(el('p', { class: 'muted' }, 'no rollout summaries for this iteration')); return; }
   const r = await api(`/api/runs/${encodeURIComponent(id)}/rollouts?${q}`);
   const hist = el('div', { class: 'chart', id: 'reward-hist' });
@@ -300,7 +307,7 @@ function searchView(q0) {
         ...r.hits.map((h) => el('div', { class: 'hit-row' },
           // a rollout hit opens its trajectory; a logtree hit opens its iteration's report
           h.kind === 'logtree'
-            ? el('a', { href: `#/rollouts/${encodeURIComponent(h.run)}/${h.iteration}/${encodeURIComponent(splitName(h.eval_name))}/report`, class: 'hit-link' },
+            ? el('a', { href: `#/rollouts/${encodeURIComponent(h.run)}/${h.iteration}/${encodeURIComponent(splitName(h.eval_name))}/report/${encodeURIComponent(h.anchor || '')}`, class: 'hit-link' },
               `${h.run_name} · iteration ${h.iteration} · ${h.split} · report${h.group != null ? ' · group ' + h.group : ''} · ${h.field}`)
             : el('a', { href: `#/rollouts/${encodeURIComponent(h.run)}/${h.iteration}/${encodeURIComponent(splitName(h.eval_name))}/${h.group}/${h.traj}`, class: 'hit-link' },
               `${h.run_name} · iteration ${h.iteration} · ${h.split} · group ${h.group} · traj ${h.traj} · ${h.field}`),
