@@ -143,8 +143,10 @@ class FaultProxy:
     ``schedule(n, method, path)`` is called for the n-th request (0-based) and returns a
     :data:`Fault`. With ``enforce_generation`` the proxy answers 412 to an upload or
     compose whose ``ifGenerationMatch`` does not hold, as GCS does (the emulator ignores
-    preconditions), checking and forwarding under one lock. Counts every request in :attr:`stats` (thread-safe); :meth:`reset`
-    zeroes them.
+    preconditions), checking and forwarding under one lock. S3 requests with
+    ``If-None-Match`` or ``If-Match`` are forwarded one at a time (moto checks the
+    condition, then writes: two at once may both pass; S3 lets one). Counts every
+    request in :attr:`stats` (thread-safe); :meth:`reset` zeroes them.
     """
 
     def __init__(
@@ -164,6 +166,9 @@ class FaultProxy:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # headers and body go out in two writes: with Nagle's algorithm on, the body
+            # waits for the client's delayed ACK (~40 ms) on a kept-alive connection
+            disable_nagle_algorithm = True
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -212,6 +217,9 @@ class FaultProxy:
                         status, headers, payload = (
                             (412, [], b'{"error": {"code": 412}}') if refused else self._forward(body)
                         )
+                elif "If-None-Match" in self.headers or "If-Match" in self.headers:
+                    with proxy._cas_lock:  # moto checks then writes: two at once may both pass
+                        status, headers, payload = self._forward(body)
                 else:
                     status, headers, payload = self._forward(body)
                 if fault is not None and fault[0] == "drop_after":

@@ -17,9 +17,9 @@ rows, and so that two writers appending to one object never lose each other's ro
   each flush uploads its bytes as a new immutable segment object (``If-None-Match: *``
   on its offset: of two writers one wins, the other re-lists and goes after it), folded
   server-side (``UploadPartCopy``) into a bounded chunk; readers join the object and its
-  segments; close composes them into one plain object. Upload cost: the new bytes
-  (plus at most 5 MiB once, and per close); 3 to 8 requests per flush whatever the
-  file's size.
+  segments; close composes them into one plain object. Upload cost: the new bytes,
+  plus the file's first 5 MiB once more (a file under 5 MiB: once more at close), the
+  least S3 allows; 3 to 8 requests per flush whatever the file's size.
 - Anything else (``memory://``, other fsspec backends, :class:`GenericOps`): read the
   whole object and write it back. Correct for one writer per process (``memory://`` is
   guarded by a process-wide lock); costs the file size per flush.
@@ -484,28 +484,36 @@ class _Layout:
     def size(self) -> int:
         return self.cover[-1][2] if self.cover else 0
 
-    def anchor(self) -> _Piece | None:
-        """The piece the cover ends with (what the next segment is chained onto)."""
-        return self.cover[-1][0] if self.cover else None
-
 
 def _cover(pieces: list[_Piece]) -> list[tuple[_Piece, int, int]]:
     """From byte 0, repeatedly take the piece that holds the next byte and reaches the
-    farthest (ties: base, then chunk, then data); stop at the first byte no piece holds."""
-    rank = {"base": 2, "chunk": 1, "data": 0}
+    farthest (ties: the object, then a chunk); stop at the first byte no piece holds.
+
+    A data segment is a claim on exactly the offset it starts at, and counts only there
+    and only if no chunk or object holds that byte: those were built from the claim
+    that stood, so a segment they overlap is either that claim's leftover or void (a
+    writer with an old view claimed an offset whose segment had been folded away and
+    deleted; it sees this and writes its bytes again at the end). No reader sees it.
+    """
+    rank = {"base": 1, "chunk": 0}
     ordered = sorted(pieces, key=lambda p: p.start)
     out: list[tuple[_Piece, int, int]] = []
-    pos, i, best = 0, 0, None
+    pos, i = 0, 0
+    best: _Piece | None = None  # the object or chunk reaching farthest among those started
     while True:
+        claim = None  # the data segment that starts at pos
         while i < len(ordered) and ordered[i].start <= pos:
             p = ordered[i]
-            if best is None or (p.end, rank[p.kind]) > (best.end, rank[best.kind]):
-                best = p
             i += 1
-        if best is None or best.end <= pos:
+            if p.kind == "data":
+                claim = p if p.start == pos else claim
+            elif best is None or (p.end, rank[p.kind]) > (best.end, rank[best.kind]):
+                best = p
+        piece = best if best is not None and best.end > pos else claim
+        if piece is None or piece.end <= pos:
             return out
-        out.append((best, pos, best.end))
-        pos = best.end
+        out.append((piece, pos, piece.end))
+        pos = piece.end
 
 
 class S3Ops(ObjectOps):
@@ -521,32 +529,40 @@ class S3Ops(ObjectOps):
     - ``c<start>-<end>-<skip>``: a *chunk*, bytes ``[start, end)`` of the file from byte
       ``skip`` of the object, built server-side (``UploadPartCopy``, nothing uploaded)
       from the previous chunk (the whole of it, or its last ``min_part`` bytes once it
-      passes ``chunk_max``) and the new data segment, which is then deleted. A chunk's
-      name says what it holds, so two writers building the same chunk build the same
-      bytes. Chunks exist so that close can compose the file from parts of at least
-      ``min_part`` (S3's smallest multipart part); the first one, when the file passes
-      ``min_part`` without an object that large to start from, is uploaded whole once.
+      passes ``chunk_max``: readers skip those ``skip`` bytes) and the new data segment,
+      which is then deleted. A chunk's name says what it holds, so two writers building
+      the same chunk build the same bytes. Chunks exist so that close can compose the
+      file from parts of at least ``min_part`` (S3's smallest multipart part, but the
+      last). The first one, when the file passes ``min_part`` and no object of that
+      size holds its start, is a multipart upload of the file's first ``min_part``
+      bytes, uploaded a second time, and a copy of the rest of the new segment.
 
-    The file is read as the *cover* (:func:`_cover`): from byte 0, the piece (the object
-    or a segment) that holds the next byte and reaches farthest. A reader therefore
-    sees every flushed row at any moment, and leftovers of a crash (segments already in
-    the object, a chunk not yet deleted) change nothing.
+    The file is read as the *cover* (:func:`_cover`): from byte 0, the piece (the object,
+    a chunk, or a data segment exactly where it starts) that holds the next byte and
+    reaches farthest. A reader therefore sees every flushed row at any moment, and
+    leftovers of a crash (segments already in the object, a chunk not yet deleted) or a
+    void claim (an old view's segment at an offset a chunk already holds) change nothing.
 
     Close (:meth:`cleanup`) composes every file that has segments into one plain object
-    (multipart ``UploadPartCopy`` of the object and chunks; pieces smaller than
-    ``min_part`` are downloaded and uploaded again, at most ``min_part`` bytes per file;
-    a file under ``min_part`` is uploaded whole in one PUT), completed with ``If-Match``
-    on the object, then deletes the segments it holds. A writer that dies before its
-    close leaves segments that every reader sees and the next writer's close composes.
+    (multipart ``UploadPartCopy`` of the object and chunks, ``parts_in_flight`` at a
+    time; a file under ``min_part`` is uploaded whole in one PUT), completed with
+    ``If-Match`` on the object, then deletes the segments it holds. A writer that dies
+    before its close leaves segments that every reader sees and the next writer's close
+    composes.
 
     Cost per flush, flat in the file's size: the new bytes uploaded once; 3 requests
     below ``min_part`` (the PUT, then a list and a HEAD that check the claim: a writer
     whose view is old may claim an offset whose segment was folded or composed away),
     then 4 more (multipart create, 2 part copies, complete) and one batch delete,
-    copying at most ``chunk_max`` bytes server-side. Uploaded in total:
-    the file's bytes, plus at most ``min_part`` once when it first passes ``min_part``
-    and at most ``min_part`` per close, plus the whole file at close when it stays under
-    ``min_part`` (S3 cannot join objects under 5 MiB server-side).
+    copying at most ``chunk_max`` bytes server-side. The list starts at this writer's
+    last chunk (:meth:`_layout`), so sealed chunks (one per ~10 MiB) are not listed again.
+
+    Uploaded in total (object bytes, without request headers and XML): the file's bytes,
+    plus its first ``min_part`` bytes once more when it passes ``min_part``, or the
+    whole file once more at close when it stays under ``min_part``: ``size +
+    min(size, min_part)``, the least S3 allows when each flush is durable and smaller
+    than ``min_part`` (docs/FORMATS.md, "S3 appends"). Only a fold that failed (the
+    segments after the last chunk at close) adds at most those segments and ``min_part``.
     """
 
     min_part = S3_MIN_PART
@@ -554,6 +570,8 @@ class S3Ops(ObjectOps):
     chunk_max = 3 * S3_MIN_PART
     #: Bytes per part when an object is copied whole (S3 allows at most 5 GiB).
     max_copy_part = 2**30
+    #: Parts of one multipart upload (a close's compose) copied at once.
+    parts_in_flight = 8
 
     def __init__(self, fs: Any, writer_id: str, root: str) -> None:
         super().__init__(fs, writer_id, root)
@@ -578,9 +596,10 @@ class S3Ops(ObjectOps):
         with self._lock:
             self._known.pop(path, None)
 
-    def _list(self, bucket: str, prefix: str) -> list[dict[str, Any]]:
+    def _list(self, bucket: str, prefix: str, after: str = "") -> list[dict[str, Any]]:
+        """Every object under ``prefix`` (with ``after``: whose key sorts after it)."""
         out: list[dict[str, Any]] = []
-        token: dict[str, str] = {}
+        token: dict[str, str] = {"StartAfter": after} if after else {}
         while True:
             page = self.fs.call_s3("list_objects_v2", Bucket=bucket, Prefix=prefix, **token)
             out.extend(page.get("Contents", []))
@@ -588,13 +607,26 @@ class S3Ops(ObjectOps):
                 return out
             token = {"ContinuationToken": page["NextContinuationToken"]}
 
-    def _layout(self, path: str) -> _Layout:
-        """List the segments and stat the object of ``path`` (2 requests, more past
-        1,000 segments)."""
+    def _layout(self, path: str, known: _Layout | None = None) -> _Layout:
+        """List the segments and stat the object of ``path``: 2 requests.
+
+        Without ``known`` every segment is listed, sealed chunks included (one per
+        ~10 MiB of file until close: one more list request per 1,000). With ``known``
+        (this writer's earlier listing) only the keys from its last chunk on are
+        listed, so a flush costs the same at any file size; the chunks before that one
+        are taken from ``known``: they are sealed, and no writer changes or deletes
+        them until a close composes the file, which changes the object's ETag (then
+        everything is listed again).
+        """
         where = self._split(path)
         prefix = self._segments(path)
+        last = next((p for p, _, _ in reversed(known.cover) if p.kind == "chunk"), None) if known else None
+        after = ""
         pieces = []
-        for item in self._list(where["Bucket"], prefix):
+        if known is not None and last is not None:
+            after = f"{prefix}c{last.start:016d}"  # chunk keys sort by start, data keys after them
+            pieces = [p for p in known.pieces if p.kind == "chunk" and p.start < last.start]
+        for item in self._list(where["Bucket"], prefix, after):
             leaf = item["Key"][len(prefix) :]
             try:
                 if leaf.startswith("d"):
@@ -611,6 +643,8 @@ class S3Ops(ObjectOps):
             etag = head["ETag"]
         except FileNotFoundError:
             base, etag = None, ""
+        if known is not None and after and etag != known.base_etag:
+            return self._layout(path)  # the object changed (a close composed the file): list it all
         return _Layout(base, etag, pieces, _cover(pieces + ([base] if base else [])))
 
     def stat(self, path: str) -> ObjectStat | None:
@@ -736,7 +770,7 @@ class S3Ops(ObjectOps):
         # a writer holding an old view may have claimed an offset whose segment was
         # folded or composed away (and so free again): the file as listed now must read
         # our bytes from our segment, else the claim is void
-        layout = self._layout(path)
+        layout = self._layout(path, layout)
         if not any(p.key == piece.key for p, _, _ in layout.cover):
             self._delete(where["Bucket"], [piece.key])
             raise Conflict(f"{path}: byte {end} was already part of the file")
@@ -747,39 +781,45 @@ class S3Ops(ObjectOps):
         with self._lock:
             self._known[path] = layout
 
-    def _copy_part(
-        self, upload: str, where: dict[str, str], number: int, key: str, first: int, last: int
-    ) -> dict[str, Any]:
+    def _part(
+        self, upload: str, where: dict[str, str], number: int, part: tuple[str, int, int] | bytes
+    ) -> str:
+        """Part ``number`` of ``upload``: ``part`` uploaded (bytes) or copied server-side
+        (``(key, first, end)``, a byte range of an object); its ETag."""
+        if isinstance(part, bytes):
+            out = self.fs.call_s3("upload_part", UploadId=upload, PartNumber=number, Body=part, **where)
+            return str(out["ETag"])
+        key, first, end = part
         out = self.fs.call_s3(
             "upload_part_copy",
             UploadId=upload,
             PartNumber=number,
             CopySource={"Bucket": where["Bucket"], "Key": key},
-            CopySourceRange=f"bytes={first}-{last - 1}",
+            CopySourceRange=f"bytes={first}-{end - 1}",
             **where,
         )
-        return {"PartNumber": number, "ETag": out["CopyPartResult"]["ETag"]}
+        return str(out["CopyPartResult"]["ETag"])
 
     def _multipart(
         self, where: dict[str, str], parts: list[tuple[str, int, int] | bytes], **condition: str
     ) -> str:
         """Create ``where`` from ``parts`` (``(key, first, end)`` copied server-side, or
-        bytes uploaded) in one multipart upload; its ETag."""
+        bytes uploaded) in one multipart upload, ``parts_in_flight`` parts at a time;
+        its ETag."""
+        from concurrent.futures import ThreadPoolExecutor
+
         upload = self.fs.call_s3("create_multipart_upload", **where)["UploadId"]
         try:
-            done = []
-            for number, part in enumerate(parts, 1):
-                if isinstance(part, bytes):
-                    out = self.fs.call_s3(
-                        "upload_part", UploadId=upload, PartNumber=number, Body=part, **where
-                    )
-                    done.append({"PartNumber": number, "ETag": out["ETag"]})
-                else:
-                    done.append(self._copy_part(upload, where, number, *part))
+            numbered = list(enumerate(parts, 1))
+            if len(parts) <= 2:  # a flush's fold: no threads
+                etags = [self._part(upload, where, n, part) for n, part in numbered]
+            else:  # a close: copies take ~0.1 s each on S3, a 10 GB file has ~1,000
+                with ThreadPoolExecutor(min(self.parts_in_flight, len(parts))) as pool:
+                    etags = list(pool.map(lambda item: self._part(upload, where, *item), numbered))
             out = self.fs.call_s3(
                 "complete_multipart_upload",
                 UploadId=upload,
-                MultipartUpload={"Parts": done},
+                MultipartUpload={"Parts": [{"PartNumber": n, "ETag": e} for n, e in enumerate(etags, 1)]},
                 **condition,
                 **where,
             )
@@ -807,11 +847,16 @@ class S3Ops(ObjectOps):
             if anchor is None or anchor.size < self.min_part:
                 if layout.size < self.min_part:
                     return  # a small file: segments only; close uploads it whole
-                # the first chunk: nothing of min_part to copy from, so upload it (once)
+                # the first chunk: the file's first min_part bytes are uploaded again (no
+                # object S3 could copy a min_part part from holds them); the rest is copied
                 end = layout.size
-                chunk = _Piece("chunk", f"{prefix}c{0:016d}-{end:016d}-{0:016d}", 0, end)
-                body = self._fetch(bucket, cover)
-                self.fs.call_s3("put_object", Body=body, Bucket=bucket, Key=chunk.key)
+                where = {"Bucket": bucket, "Key": f"{prefix}c{0:016d}-{end:016d}-{0:016d}"}
+                parts = self._parts(bucket, cover)
+                if len(parts) == 1 and isinstance(parts[0], bytes):
+                    self.fs.call_s3("put_object", Body=parts[0], **where)
+                else:
+                    self._multipart(where, parts)
+                chunk = _Piece("chunk", where["Key"], 0, end)
                 self._settle(bucket, layout, chunk, [p for p, _, _ in cover if p.kind != "base"])
                 continue
             seg, a_end = cover[i][0], cover[i - 1][2]

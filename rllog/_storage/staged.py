@@ -51,7 +51,8 @@ class FsspecStorage:
     Upload cost (:mod:`rllog._storage.objectops`): on GCS the new bytes only (a part object composed
     onto the file server-side; re-based once per ~1,000 flushes); on S3 the new bytes
     as a segment object that readers join, folded server-side into bounded chunks and
-    composed into the file's one object at close (``S3Ops``); elsewhere the whole
+    composed into the file's one object at close, plus the file's first 5 MiB once more
+    (``S3Ops``); elsewhere the whole
     file per flush. ``write`` is one PUT of the whole file: atomic.
 
     Failures: 429, 5xx, timeouts and dropped connections are retried with exponential

@@ -310,18 +310,17 @@ def test_two_processes_appending_to_one_object_keep_every_row(backend, request):
     server = request.getfixturevalue(f"{backend}_server")
     url = f"{server.scheme}://{server.new_bucket()}/run"
     options = server.storage_options()
-    proxy = None
-    if backend == "gcs":  # the emulator ignores generation preconditions; the proxy enforces them as GCS does
-        proxy = FaultProxy(server.endpoint, enforce_generation=True)
-        options = server.storage_options(proxy.endpoint)
+    # the GCS emulator ignores generation preconditions: the proxy enforces them as GCS does;
+    # moto checks If-None-Match, then writes: the proxy sends those one at a time, as S3 decides them
+    proxy = FaultProxy(server.endpoint, enforce_generation=backend == "gcs")
+    options = server.storage_options(proxy.endpoint)
     writers = [spawn(url, options, tag, 300, 10, 0.05) for tag in ("a", "b")]
     try:
         for writer in writers:
             out, err = writer.communicate(timeout=120)
             assert writer.returncode == 0 and out.endswith("DONE\n"), err
     finally:
-        if proxy is not None:
-            proxy.stop()
+        proxy.stop()
     rows = parse(read_back(FsspecStorage(url, spill=False, **server.storage_options())))
     for tag in ("a", "b"):
         assert [r["i"] for r in rows if r["writer"] == tag] == list(range(300))
