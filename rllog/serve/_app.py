@@ -174,7 +174,10 @@ def create_app(catalog: Catalog, *, token: str | None = None, hosts: list[str] |
         smooth = _float(request, "smooth") or 0.0
         if not 0.0 <= smooth < 1.0:
             raise _BadRequest(f"query parameter smooth must be in [0, 1), got {smooth}")
-        out = entry.series(key, x, points, _float(request, "x0"), _float(request, "x1"), smooth=smooth)
+        x0, x1 = _float(request, "x0"), _float(request, "x1")
+        if x0 is not None and x1 is not None and x0 > x1:
+            raise _BadRequest(f"query parameters x0 <= x1 expected (a zoom window), got x0={x0}, x1={x1}")
+        out = entry.series(key, x, points, x0, x1, smooth=smooth)
         out["findings"] = [
             {**f, "threshold_value": threshold_value(f["threshold"])}
             for f in entry.findings() or []  # None while the doctor has not reported yet

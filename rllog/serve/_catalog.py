@@ -62,15 +62,16 @@ def _run_id(location: str) -> str:
 
 def downsample(x: Any, y: Any, points: int) -> tuple[Any, Any]:
     """At most about ``points`` of ``(x, y)`` (x increasing, y finite): all of them when few
-    enough, else the minimum and maximum of each of ``points // 2`` equal-count buckets (their
-    first occurrences), in x order, so spikes survive (the M4/min-max idea). A few vector
-    operations, whatever the length."""
+    enough, else the minimum and maximum of each of ``(points - 2) // 2`` equal-count buckets (their
+    first occurrences), in x order, so spikes survive (the M4/min-max idea), plus the first
+    and last points, so a line starts and ends where the run does. A few vector operations,
+    whatever the length."""
     import numpy as np
 
     n = len(x)
     if n <= points:
         return x, y
-    buckets = max(1, points // 2)
+    buckets = max(1, (points - 2) // 2)  # room for the first and last points
     starts = np.unique(np.linspace(0, n, buckets + 1).astype(np.int64)[:-1])
     bucket = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, n)))
 
@@ -81,7 +82,7 @@ def downsample(x: Any, y: Any, points: int) -> tuple[Any, Any]:
 
     lo = firsts(y == np.minimum.reduceat(y, starts)[bucket])
     hi = firsts(y == np.maximum.reduceat(y, starts)[bucket])
-    idx = np.union1d(lo, hi)
+    idx = np.union1d(np.union1d(lo, hi), [0, n - 1])
     return x[idx], y[idx]
 
 

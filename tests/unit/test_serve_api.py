@@ -69,6 +69,7 @@ def test_downsample_keeps_every_extreme():
     dx, dy = downsample(x, y, 2000)
     assert len(dx) <= 2000 and np.all(np.diff(dx) > 0)
     assert 50.0 in dy and -40.0 in dy and 31_337 in dx
+    assert dx[0] == 0 and dx[-1] == 99_999 and dy[-1] == y[-1]  # the line ends where the run does
     sx, sy = downsample(x[:100], y[:100], 2000)
     assert len(sx) == 100
 
@@ -119,6 +120,9 @@ def test_api_safety(client, tmp_path):
     assert client.get("/static/../../../etc/passwd").status_code == 404
     assert client.get(f"/api/runs/{rid}/series", params={"key": "../../etc/passwd"}).status_code == 404
     assert client.get(f"/api/runs/{rid}/report", params={"iteration": "x"}).status_code == 400
+    series = f"/api/runs/{rid}/series"
+    assert client.get(series, params={"key": "loss", "x0": 3, "x1": 1}).status_code == 400
+    assert client.get(series, params={"key": "loss", "x0": 1, "x1": 3}).status_code == 200
     assert client.get("/", headers={"host": "evil.example"}).status_code == 400  # DNS rebinding
     csp = client.get("/").headers["content-security-policy"]
     assert "script-src 'self';" in csp and "unsafe-eval" not in csp and "default-src 'none'" in csp
