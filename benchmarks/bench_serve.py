@@ -274,24 +274,21 @@ def main() -> None:
             ),
             flush=True,
         )
-        rss: dict[str, list[float]] = {"rllog": [], "tensorboard": []}
+        for label, folder, runs, rows in (
+            (f"first chart, 1 run x {big_rows} rows x 100 keys", base / "big", 1, big_rows),
+            (f"first chart, 50 runs x {many_rows} rows x 20 keys", base / "many", 50, many_rows),
+        ):
+            rss: dict[str, list[float]] = {"rllog": [], "tensorboard": []}
 
-        def big(kind: str) -> float:
-            seconds, mib = first_chart(kind, base / "big", 1, big_rows - 1)
-            rss[kind].append(mib)
-            return seconds
+            def chart(
+                kind: str, folder: Path = folder, runs: int = runs, rows: int = rows, rss: dict = rss
+            ) -> float:
+                seconds, mib = first_chart(kind, folder, runs, rows - 1)
+                rss[kind].append(mib)
+                return seconds
 
-        measure(f"first chart, 1 run x {big_rows} rows x 100 keys", "s", args.repeats, big)
-        summary("  server RSS after it", "MiB", rss)
-        rss = {"rllog": [], "tensorboard": []}
-
-        def many(kind: str) -> float:
-            seconds, mib = first_chart(kind, base / "many", 50, many_rows - 1)
-            rss[kind].append(mib)
-            return seconds
-
-        measure(f"first chart, 50 runs x {many_rows} rows x 20 keys", "s", args.repeats, many)
-        summary("  server RSS after it", "MiB", rss)
+            measure(label, "s", args.repeats, chart)
+            summary("  server RSS after it", "MiB", rss)
         warm: dict[str, list[float]] = {"rllog": [], "tensorboard": []}
 
         def table(kind: str) -> float:

@@ -172,56 +172,42 @@ def search_run(
                 continue
             split = f"eval/{eval_name}" if eval_name else "train"
             root = doc.get("root") if isinstance(doc, dict) else None
-            for group, field, text, anchor in _logtree_texts(root):
-                m = pattern.search(text)
-                if m is None:
-                    continue
-                hits.append(
-                    _hit(
-                        m,
-                        text,
-                        context,
-                        kind="logtree",
-                        **where,
-                        split=split,
-                        group=group,
-                        field=field,
-                        anchor=anchor,
-                    )
+            texts = (
+                (text, {"kind": "logtree", "split": split, "group": group, "field": field, "anchor": anchor})
+                for group, field, text, anchor in _logtree_texts(root)
+            )
+        else:
+            try:
+                data = storage.read(name)
+            except OSError as exc:
+                said.append(f"{name}: not searched ({type(exc).__name__}: {exc})")
+                continue
+            try:
+                records = decode_rollout_summaries(data, name)
+            except ValueError:  # a damaged line: search the others
+                records, skipped = decode_readable_records(data, name)
+                said.extend(skipped)
+            texts = (
+                (
+                    text,
+                    {
+                        "kind": "rollout",
+                        "split": rec.split,
+                        "group": rec.group_idx,
+                        "traj": rec.traj_idx,
+                        "step": step.step_idx,
+                        "field": field,
+                    },
                 )
-                if len(hits) >= limit:
-                    return hits, n_files
-            continue
-        try:
-            data = storage.read(name)
-        except OSError as exc:
-            said.append(f"{name}: not searched ({type(exc).__name__}: {exc})")
-            continue
-        try:
-            records = decode_rollout_summaries(data, name)
-        except ValueError:  # a damaged line: search the others
-            records, skipped = decode_readable_records(data, name)
-            said.extend(skipped)
-        for rec in records:
-            for step in rec.steps:
-                for field, text in _strings(step.logs, ""):
-                    m = pattern.search(text)
-                    if m is None:
-                        continue
-                    hits.append(
-                        _hit(
-                            m,
-                            text,
-                            context,
-                            kind="rollout",
-                            **where,
-                            split=rec.split,
-                            group=rec.group_idx,
-                            traj=rec.traj_idx,
-                            step=step.step_idx,
-                            field=field,
-                        )
-                    )
-                    if len(hits) >= limit:
-                        return hits, n_files
+                for rec in records
+                for step in rec.steps
+                for field, text in _strings(step.logs, "")
+            )
+        for text, fields in texts:
+            m = pattern.search(text)
+            if m is None:
+                continue
+            hits.append(_hit(m, text, context, kind=fields.pop("kind"), **where, **fields))
+            if len(hits) >= limit:
+                return hits, n_files
     return hits, len(names)

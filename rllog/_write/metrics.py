@@ -108,9 +108,9 @@ class MetricsWriter:
             row = self._encoder.encode_row(step, metrics)
             written = self._encoder.last  # the values as written (converted, secrets redacted)
             if step == self._last_step:
-                self._same_step(step, self._encoder.last)
+                self._same_step(step, written)
             else:
-                self._last_step, self._last_row = step, self._encoder.last
+                self._last_step, self._last_row = step, written
             if self.pending:
                 self.pending.append(bytes(row))
                 self._drain()
