@@ -296,3 +296,125 @@ def test_tinker_observation_lengths_match_model_input_length():
     ]
     assert rollout_input._ob_lengths(one) == [0, 3, 7]
     assert rollout_input._ob_lengths(two) == [0, 3, 7, 3]
+
+
+# ------------------------------------------------- one bad value deep in a full-size batch
+
+
+def big_dict_groups(steps: Any = 3) -> list[list[dict[str, Any]]]:
+    """128 groups of 8 trajectories (the benchmark's size), ``steps`` steps each (an int,
+    or a function of the trajectory's number for uneven lengths)."""
+    count = steps if callable(steps) else lambda n: steps
+    return [
+        [
+            {
+                "steps": [
+                    {
+                        "ob_len": n % 50,
+                        "ac_len": s,
+                        "reward": n / 7 + s,
+                        "episode_done": s == count(n) - 1,
+                        "metrics": {"format": 0.5, "len": n},
+                        "logs": {"answer": str(n)},
+                    }
+                    for s in range(count(n))
+                ],
+                "final_reward": n / 3,
+                "trajectory_metrics": {"group_correct": 1.0},
+                "final_ob_len": n,
+            }
+            for n in range(g * 8, g * 8 + 8)
+        ]
+        for g in range(128)
+    ]
+
+
+def big_tinker_groups(groups: list[list[dict[str, Any]]]) -> list[TrajectoryGroup]:
+    return [
+        TrajectoryGroup(
+            [
+                Trajectory(
+                    [
+                        Transition(
+                            observation(s["ob_len"], 1),
+                            Ac([1] * s["ac_len"]),
+                            s["reward"],
+                            s["episode_done"],
+                            s["metrics"],
+                            s["logs"],
+                        )
+                        for s in t["steps"]
+                    ],
+                    observation(t["final_ob_len"], 1),
+                )
+                for t in group
+            ],
+            [t["final_reward"] for t in group],
+            [t["trajectory_metrics"] for t in group],
+        )
+        for group in groups
+    ]
+
+
+def spoil_step_1000(groups: Any, where: str, value: Any) -> None:
+    """Set ``where`` (metrics/logs key or step field) of step 1 of trajectory 1000 (group 125, traj 0)."""
+    target = groups[125][0] if isinstance(groups[0], list) else groups[1000]
+    step = target["steps"][1] if isinstance(target, dict) else None
+    if isinstance(target, dict):
+        if where in ("reward", "ob_len"):
+            step[where] = value
+        else:
+            step["metrics" if where == "metric" else "logs"]["bad"] = value
+    else:  # a ready record
+        st = target.steps[1]
+        if where in ("reward", "ob_len"):
+            setattr(st, where, value)
+        else:
+            (st.metrics if where == "metric" else st.logs)["bad"] = value
+
+
+BAD_VALUES = [
+    ("metric", float("nan")),  # written as the token NaN (null with strict_json), not msgspec's null
+    ("metric", float("-inf")),
+    ("metric", [1.0, float("nan")]),  # a list-valued metric: TypeError naming the key
+    ("metric", np.float64(0.25)),  # numpy scalars converted
+    ("metric", np.float32(float("nan"))),
+    ("log", {"nested": [float("nan")]}),  # a nested log value with a NaN inside
+    ("log", "lone \ud800 surrogate"),  # written as U+FFFD
+    ("reward", float("inf")),
+    ("reward", 1),  # an int reward is written 1.0
+    ("ob_len", -1),  # a negative token count: TypeError
+]
+
+
+@pytest.mark.parametrize("where,value", BAD_VALUES)
+@pytest.mark.parametrize("shape", ["dicts", "uneven dicts", "ready records", "tinker"])
+def test_one_bad_value_in_trajectory_1000_of_1024(monkeypatch, shape, where, value):
+    """A value the fast paths must not let through, in step 1 of trajectory 1000 of a
+    benchmark-size batch: the same bytes, records or error as the general path."""
+    groups: Any = big_dict_groups(lambda n: 2 + n % 3 if shape == "uneven dicts" else 3)
+    if shape == "ready records":
+        groups = build_rollout_summaries(7, groups)
+    spoil_step_1000(groups, where, value)
+    if shape == "tinker":
+        groups = big_tinker_groups(groups)
+    for strict_json in (False, True):
+        both_paths(groups, strict_json, monkeypatch)
+
+
+def test_a_bad_value_deep_in_a_batch_changes_what_is_written():
+    """The bytes and errors the comparison above relies on are the documented ones."""
+    groups = big_dict_groups()
+    spoil_step_1000(groups, "metric", float("nan"))
+    lines = encode_rollouts(7, groups)[2].splitlines()
+    assert b'"bad":NaN' in lines[1000] and b"NaN" not in lines[999]
+    assert b'"bad":null' in encode_rollouts(7, groups, strict_json=True)[2].splitlines()[1000]
+    ready = build_rollout_summaries(7, big_dict_groups())
+    spoil_step_1000(ready, "metric", [1.0])
+    with pytest.raises(TypeError, match=r"record 1000: step 1.*metrics\['bad'\]"):
+        encode_rollouts(7, ready)
+    tinker_groups = big_tinker_groups(big_dict_groups())
+    tinker_groups[125].trajectories_G[0].transitions[1].metrics["bad"] = np.float64(0.25)
+    lines = encode_rollouts(7, tinker_groups)[2].splitlines()
+    assert b'"bad":0.25' in lines[1000]
+    assert lines[0] == encode_rollouts(7, big_dict_groups())[2].splitlines()[0]
