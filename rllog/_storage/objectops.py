@@ -340,13 +340,16 @@ class GcsOps(ObjectOps):
     snapshots = True
 
     def _snapshot_path(self, path: str) -> str:
-        bucket, key = self._split(path)
-        digest = hashlib.sha1(key.encode()).hexdigest()[:16]
-        return f"{bucket}/{self.root.split('/', 1)[1]}/{PARTS_DIR}/{SNAPSHOTS_DIR}/{digest}"
+        """``<run>/.rllog-parts/snapshots/<quoted name>``: named by the file's name in the
+        run, so a copy of the run keeps its snapshots."""
+        from urllib.parse import quote
+
+        name = path[len(self.root) + 1 :]
+        return f"{self.root}/{PARTS_DIR}/{SNAPSHOTS_DIR}/{quote(name, safe='')}"
 
     def snapshot(self, path: str) -> None:
         """Copy the object server-side to its snapshot
-        (``<run>/.rllog-parts/snapshots/<sha1 of the key>``, replacing the previous one):
+        (``<run>/.rllog-parts/snapshots/<quoted name>``, replacing the previous one):
         one compose with the object as its only source, pinned to the generation our last
         write of it returned (``objectPreconditions.ifGenerationMatch``: if another writer
         composed onto it since, 412 and nothing is copied). Nothing is uploaded; the copy

@@ -49,7 +49,7 @@ def _object(url: str, options: dict, name: str) -> bytes | None:
 
 def _snapshot_name(url: str, options: dict) -> str | None:
     """The name, relative to the run, of the one snapshot there
-    (``.rllog-parts/snapshots/<digest of the file's key>``); None when there is none."""
+    (``.rllog-parts/snapshots/<quoted file name>``); None when there is none."""
     storage = FsspecStorage(url, spill=False, **options)
     try:
         found = storage.fs.find(f"{storage._root}/.rllog-parts/snapshots")
