@@ -106,7 +106,9 @@ def build_resume_run(server: GcsServer, mb: float) -> tuple[dict[str, bytes], in
     def row(s: int) -> dict:
         return {"progress/batch": s, **{k: s * 0.5 + j for j, k in enumerate(KEYS)}}
 
-    size = len(json.dumps({"step": 0, **row(0)}))
+    size = (
+        len(json.dumps({"step": 123456, **row(123456)}, separators=(",", ":"))) + 1
+    )  # a row as rllog writes it
     rows = int(mb * 1e6 / size)
     checkpoint = int(rows * 0.9)
     url = f"gs://{server.new_bucket()}/runs/{unique('run')}"

@@ -12,7 +12,10 @@ rows, and so that two writers appending to one object never lose each other's ro
   object may hold at most 1,024 components: before the next compose would pass
   ``max_components`` (1,000), the object is re-based (downloaded and uploaded whole
   once, with the generation precondition), so 1 flush in ~1,000 costs the file size.
-  Compose takes at most 32 sources; we always send 2.
+  Compose takes at most 32 sources; we always send 1 or 2. A cut (resume) starts from
+  the file's snapshot, a server-side copy taken at the last checkpoint
+  (:meth:`GcsOps.snapshot`), when it is a prefix of the object: the kept rows are not
+  uploaded again; else the prefix is streamed back.
 - S3 (:class:`S3Ops`): S3 cannot append or join objects under 5 MiB server-side, so
   each flush uploads its bytes as a new immutable segment object (``If-None-Match: *``
   on its offset: of two writers one wins, the other re-lists and goes after it), folded

@@ -49,7 +49,8 @@ class FsspecStorage:
     per flush, well under GCS's ~1 write/s/object.
 
     Upload cost (:mod:`rllog._storage.objectops`): on GCS the new bytes only (a part object composed
-    onto the file server-side; re-based once per ~1,000 flushes); on S3 the new bytes
+    onto the file server-side; re-based once per ~1,000 flushes; a cut at resume starts
+    from the snapshot of the last checkpoint, :meth:`snapshot`); on S3 the new bytes
     as a segment object that readers join, folded server-side into bounded chunks and
     composed into the file's one object at close, plus the file's first 5 MiB once more
     (``S3Ops``); elsewhere the whole
@@ -262,9 +263,11 @@ class FsspecStorage:
         reader sees the old file or the new one), before returning: what is staged is
         uploaded first (a durable :meth:`flush`), then the object is cut where it lies
         (:meth:`rllog._storage.objectops.ObjectOps.cut`): on S3 server-side, nothing
-        downloaded; on GCS the prefix streamed back in 8 MiB pieces; elsewhere read and
-        written whole. Memory holds ``then`` and at most one piece. Appends by this handle
-        racing with it from other threads raise (nothing is lost).
+        downloaded; on GCS a compose of the file's snapshot (:meth:`snapshot`) and the
+        bytes after it when the snapshot is a checked prefix no longer than ``size``,
+        else the prefix streamed back in 8 MiB pieces; elsewhere read and written whole.
+        Memory holds ``then`` and at most one piece. Appends by this handle racing with
+        it from other threads raise (nothing is lost).
 
         Raises:
             FileNotFoundError: no such file.

@@ -180,8 +180,8 @@ def test_a_storage_snapshot_makes_a_cut_send_only_the_bytes_after_it(gcs_run, ra
         storage.append("metrics.jsonl", more)  # staged with the first bytes: the upload stops at the mark
         storage.flush(durable=True)
         real = "metrics.rank1.jsonl" if rank else "metrics.jsonl"
-        name = _snapshot_name(url, options)
-        assert name is not None and _object(url, options, name) == head
+        assert _snapshot_name(url, options) == f".rllog-parts/snapshots/{real}"
+        assert _object(url, options, f".rllog-parts/snapshots/{real}") == head
         proxy.reset()
         storage.truncate("metrics.jsonl", len(head) + 500_000)
         assert proxy.stats.upload_bytes < 600_000, proxy.stats.upload_bytes
@@ -206,3 +206,28 @@ def test_snapshots_outlive_close_and_another_writers_cleanup(gcs_run):
         other.close()
     assert _object(url, options, name) == b"row\n"
     assert name not in rllog.open_storage(url, mode="r", **options).list()
+
+
+def test_the_newest_snapshot_replaces_the_last_and_a_long_middle_streams_up(gcs_run):
+    url, options, proxy = gcs_run
+    storage = FsspecStorage(url, **options)
+    try:
+        first, second, more = b"a" * 999_999 + b"\n", b"b" * 999_999 + b"\n", b"c" * 8_999_999 + b"\n"
+        storage.append("metrics.jsonl", first)
+        storage.snapshot("metrics.jsonl")
+        storage.flush(durable=True)
+        storage.append("metrics.jsonl", second)
+        storage.snapshot("metrics.jsonl")  # a later checkpoint: one snapshot, the newest
+        storage.append("metrics.jsonl", more)
+        storage.flush(durable=True)
+        assert _snapshot_name(url, options) == ".rllog-parts/snapshots/metrics.jsonl"
+        assert _object(url, options, ".rllog-parts/snapshots/metrics.jsonl") == first + second
+        proxy.reset()
+        keep = len(first + second) + 8_500_000  # past one 8 MiB piece after the snapshot
+        storage.cut("metrics.jsonl", keep, b"late\n")
+        sent = proxy.stats.upload_bytes
+        assert 8_500_000 <= sent < 8_500_000 + (64 << 10), sent
+        assert _uploads_to(proxy.stats, "uploadType=resumable") >= 1
+        assert _object(url, options, "metrics.jsonl") == (first + second + more)[:keep] + b"late\n"
+    finally:
+        storage.close()
