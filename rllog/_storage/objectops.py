@@ -12,7 +12,10 @@ rows, and so that two writers appending to one object never lose each other's ro
   object may hold at most 1,024 components: before the next compose would pass
   ``max_components`` (1,000), the object is re-based (downloaded and uploaded whole
   once, with the generation precondition), so 1 flush in ~1,000 costs the file size.
-  Compose takes at most 32 sources; we always send 2.
+  Compose takes at most 32 sources; we always send 1 or 2. A cut (resume) starts from
+  the file's snapshot, a server-side copy taken at the last checkpoint
+  (:meth:`GcsOps.snapshot`), when it is a prefix of the object: the kept rows are not
+  uploaded again; else the prefix is streamed back.
 - S3 (:class:`S3Ops`): S3 cannot append or join objects under 5 MiB server-side, so
   each flush uploads its bytes as a new immutable segment object (``If-None-Match: *``
   on its offset: of two writers one wins, the other re-lists and goes after it), folded
@@ -56,6 +59,9 @@ S3_MIN_PART = 5 * 2**20
 PARTS_DIR = ".rllog-parts"
 #: Where S3 segment objects live, inside :data:`PARTS_DIR` (see :class:`S3Ops`).
 SEGMENTS_DIR = "segments"
+#: Where GCS snapshots live, inside :data:`PARTS_DIR` (see :meth:`GcsOps.snapshot`); one
+#: object per file, shared by the run's writers, kept at close.
+SNAPSHOTS_DIR = "snapshots"
 
 _PERMANENT_S3_CODES = {
     "AccessDenied",
@@ -77,6 +83,7 @@ class ObjectStat:
     size: int  # bytes
     version: str  # GCS generation / S3 ETag; "" when the backend has none
     components: int = 1  # GCS component count
+    crc32c: str = ""  # GCS: base64 of the big-endian CRC-32C of the whole object; "" when unknown
 
 
 #: botocore/google-auth errors that come before any request reaches the server
@@ -219,6 +226,14 @@ class ObjectOps:
             self.fs.pipe_file(path, old[:size] + then)
         self.forget(path)
 
+    #: whether :meth:`snapshot` does anything (GCS only)
+    snapshots = False
+
+    def snapshot(self, path: str) -> None:
+        """Keep a server-side copy of the object as it is now, which a later :meth:`cut`
+        to at least its size starts from instead of sending its bytes again. Here:
+        nothing (S3 cuts server-side anyway; other backends rewrite whole)."""
+
     def forget(self, path: str) -> None:
         """Drop anything cached about ``path`` (after it was replaced or removed)."""
 
@@ -254,7 +269,12 @@ class GcsOps(ObjectOps):
         return bucket, key
 
     def _resource(self, path: str, meta: dict[str, Any]) -> ObjectStat:
-        stat = ObjectStat(int(meta["size"]), str(meta["generation"]), int(meta.get("componentCount") or 1))
+        stat = ObjectStat(
+            int(meta["size"]),
+            str(meta["generation"]),
+            int(meta.get("componentCount") or 1),
+            str(meta.get("crc32c") or ""),
+        )
         with self._lock:
             self._known[path] = stat
         return stat
@@ -320,14 +340,62 @@ class GcsOps(ObjectOps):
             self.forget(path)
             raise
 
+    snapshots = True
+
+    def _snapshot_path(self, path: str) -> str:
+        """``<run>/.rllog-parts/snapshots/<quoted name>``: named by the file's name in the
+        run, so a copy of the run keeps its snapshots."""
+        from urllib.parse import quote
+
+        name = path[len(self.root) + 1 :]
+        return f"{self.root}/{PARTS_DIR}/{SNAPSHOTS_DIR}/{quote(name, safe='')}"
+
+    def snapshot(self, path: str) -> None:
+        """Copy the object server-side to its snapshot
+        (``<run>/.rllog-parts/snapshots/<quoted name>``, replacing the previous one):
+        one compose with the object as its only source, pinned to the generation our last
+        write of it returned (``objectPreconditions.ifGenerationMatch``: if another writer
+        composed onto it since, 412 and nothing is copied). Nothing is uploaded; the copy
+        is billed as storage. An empty or missing object is not copied. One attempt."""
+        with self._lock:
+            stat = self._known.get(path)
+        if stat is None:
+            stat = self.stat(path)
+        if stat is None or stat.size == 0:
+            return
+        bucket, key = self._split(path)
+        target = self._split(self._snapshot_path(path))[1]
+        self.fs.call(
+            "POST",
+            "b/{}/o/{}/compose",
+            bucket,
+            target,
+            headers={"Content-Type": "application/json"},
+            json={
+                "kind": "storage#composeRequest",
+                "sourceObjects": [{"name": key, "objectPreconditions": {"ifGenerationMatch": stat.version}}],
+                "destination": {"name": target, "bucket": bucket, "contentType": "application/octet-stream"},
+            },
+            json_out=True,
+        )
+
     def cut(self, path: str, size: int, then: bytes = b"") -> None:
         """GCS cannot copy a byte range server-side (compose and rewrite take whole
-        objects), so the first ``size`` bytes are streamed back: ranged reads of the
-        object's current generation, :data:`GCS_CUT_CHUNK` bytes at a time, into one
-        resumable upload that replaces the object with ``ifGenerationMatch`` (atomic; a
-        concurrent writer's compose makes it fail with :class:`Conflict`). Memory holds
-        one chunk and ``then``; the bytes cross the network twice. A prefix of at most
-        one chunk is one read and one upload."""
+        objects). When the object's snapshot (:meth:`snapshot`, taken at the last
+        checkpoint) is a prefix of the object no longer than ``size``, the cut sends only
+        the bytes after it: bytes ``[snapshot size, size)`` and ``then`` go to a part
+        object (one upload, or a resumable one in :data:`GCS_CUT_CHUNK` pieces), and one
+        compose ``[snapshot, part] -> object`` with ``ifGenerationMatch`` replaces the
+        object. The snapshot is checked, not trusted: the object's CRC-32C must be that
+        of the snapshot (its CRC-32C, as GCS keeps it) continued over the object's bytes
+        after it, which are read for that (the rows after the checkpoint: what resume
+        reads anyway). Otherwise (no snapshot, a longer or stale one, no CRC-32C) the
+        first ``size`` bytes are streamed back: ranged reads of the object's current
+        generation, :data:`GCS_CUT_CHUNK` bytes at a time, into one resumable upload that
+        replaces the object with ``ifGenerationMatch``; the bytes cross the network
+        twice, and a stale snapshot is deleted afterwards. Either way atomic (a
+        concurrent writer's compose makes it fail with :class:`Conflict`); memory holds
+        one chunk and ``then``. A prefix of at most one chunk is one read and one upload."""
         stat = self.stat(path)
         if stat is None:
             raise FileNotFoundError(path)
@@ -336,6 +404,10 @@ class GcsOps(ObjectOps):
         if size == stat.size and not then:
             return
         try:
+            snap, middle, stale = self._usable_snapshot(path, stat, size)
+            if snap is not None:
+                self._cut_on_snapshot(path, stat, size, then, snap, middle)
+                return
             if size + len(then) <= GCS_CUT_CHUNK:
                 data = self._read_gen(path, stat, 0, size) + then
                 if data:
@@ -343,35 +415,118 @@ class GcsOps(ObjectOps):
                 else:
                     self.put(path, b"")
             else:
-                self._stream_cut(path, stat, size, then)
+                self._stream(path, path, stat, 0, size, then, ifGenerationMatch=stat.version)
         except FileExistsError as exc:  # 412: the object changed under us
             self.forget(path)
             raise Conflict(f"{path} changed while it was cut") from exc
         except Exception:
             self.forget(path)
             raise
+        if stale:
+            try:
+                self.fs.rm_file(self._snapshot_path(path))
+            except Exception:
+                pass  # checked again (and refused) by the next cut
 
-    def _stream_cut(self, path: str, stat: ObjectStat, size: int, then: bytes) -> None:
+    def _usable_snapshot(
+        self, path: str, stat: ObjectStat, size: int
+    ) -> tuple[ObjectStat | None, bytes | None, bool]:
+        """``(snapshot, middle, stale)``: the snapshot's stat when it is a prefix of
+        generation ``stat.version`` of the object no longer than ``size`` (else None),
+        with ``middle`` the object's bytes ``[its size, size)`` when they fit one chunk
+        (else None); ``stale`` when there is a snapshot that is not such a prefix (the
+        cut deletes it). Reads the object's bytes after the snapshot once."""
+        snap = self.stat(self._snapshot_path(path))
+        if snap is None or not stat.crc32c or not snap.crc32c:
+            return None, None, False  # none, or nothing to check it with
+        if snap.size > size:
+            return None, None, True
+        try:
+            import base64
+
+            import google_crc32c
+        except ImportError:  # pragma: no cover - gcsfs needs google-cloud-storage, which needs it
+            return None, None, False
+        crc = int.from_bytes(base64.b64decode(snap.crc32c), "big")
+        keep = size - snap.size <= GCS_CUT_CHUNK
+        middle: list[bytes] = []
+        pos = snap.size
+        while pos < stat.size:
+            end = min(stat.size, pos + GCS_CUT_CHUNK)
+            data = self._read_gen(path, stat, pos, end)
+            crc = google_crc32c.extend(crc, data)
+            if keep and pos < size:
+                middle.append(data[: size - pos])
+            pos = end
+        if base64.b64encode(crc.to_bytes(4, "big")).decode() != stat.crc32c:
+            return None, None, True
+        return snap, b"".join(middle) if keep else None, False
+
+    def _cut_on_snapshot(
+        self, path: str, stat: ObjectStat, size: int, then: bytes, snap: ObjectStat, middle: bytes | None
+    ) -> None:
+        """The cut of :meth:`cut` from the snapshot ``snap`` (checked): ``middle`` is bytes
+        ``[snap.size, size)`` of the object, or None to stream them."""
         bucket, key = self._split(path)
-        total = size + len(then)
+        sources: list[dict[str, Any]] = [
+            {
+                "name": self._split(self._snapshot_path(path))[1],
+                "objectPreconditions": {"ifGenerationMatch": snap.version},
+            }
+        ]
+        rest = size - snap.size + len(then)
+        if rest:
+            part = self._part_path(path)
+            if middle is not None and rest <= GCS_CUT_CHUNK:
+                self._upload(part, middle + then)
+            else:
+                self._stream(part, path, stat, snap.size, size, then)
+            sources.append({"name": self._split(part)[1]})
+        meta = self.fs.call(
+            "POST",
+            "b/{}/o/{}/compose",
+            bucket,
+            key,
+            ifGenerationMatch=stat.version,
+            headers={"Content-Type": "application/json"},
+            json={
+                "kind": "storage#composeRequest",
+                "sourceObjects": sources,
+                "destination": {"name": key, "bucket": bucket, "contentType": "application/octet-stream"},
+            },
+            json_out=True,
+        )
+        new = self._resource(path, meta)
+        if "componentCount" not in meta:  # the emulator does not count; we do
+            new.components = snap.components + len(sources) - 1
+
+    def _stream(
+        self, dest: str, path: str, stat: ObjectStat, start: int, size: int, then: bytes, **preconditions: Any
+    ) -> None:
+        """Create ``dest`` from bytes ``[start, size)`` of generation ``stat.version`` of
+        ``path`` followed by ``then``: one resumable upload, :data:`GCS_CUT_CHUNK` bytes
+        a request (ranged reads of the same size), under ``preconditions``."""
+        bucket, key = self._split(dest)
+        total = size - start + len(then)
         headers, _ = self.fs.call(
             "POST",
             f"{self.fs._location}/upload/storage/v1/b/{{}}/o",
             bucket,
             uploadType="resumable",
             name=key,
-            ifGenerationMatch=stat.version,
             json={"name": key, "contentType": "application/octet-stream"},
             headers={"X-Upload-Content-Type": "application/octet-stream"},
+            **preconditions,
         )
         location = headers["Location"]
         location = location[0] if isinstance(location, list) else location
+        body = size - start  # bytes taken from the object; then ``then``
         sent = 0
         while sent < total:
             end = min(total, sent + GCS_CUT_CHUNK)
-            chunk = self._read_gen(path, stat, sent, min(end, size)) if sent < size else b""
-            if end > size:
-                chunk += then[max(0, sent - size) : end - size]
+            chunk = self._read_gen(path, stat, start + sent, start + min(end, body)) if sent < body else b""
+            if end > body:
+                chunk += then[max(0, sent - body) : end - body]
             last = end == total
             out, text = self.fs.call(
                 "PUT",
@@ -386,10 +541,10 @@ class GcsOps(ObjectOps):
             if last and text:
                 import json
 
-                self._resource(path, json.loads(text))
+                self._resource(dest, json.loads(text))
                 return
             sent = int(kept.rsplit("-", 1)[1]) + 1 if kept else 0
-        raise StorageError(f"the upload that cuts {path} ended without the object")
+        raise StorageError(f"the upload that writes {dest} ended without the object")
 
     def _read_gen(self, path: str, stat: ObjectStat, start: int = 0, end: int | None = None) -> bytes:
         """Bytes ``[start, end)`` (default: all) of generation ``stat.version`` of the object."""
@@ -446,10 +601,11 @@ class GcsOps(ObjectOps):
         except FileNotFoundError:
             return
         own = f"{parts}/{self.writer_id}/"
+        kept = f"{parts}/{SNAPSHOTS_DIR}/"  # a resume's starting point, whoever wrote it
         for path, info in found.items():
             mtime = info.get("mtime")
             old = mtime is not None and time.time() - mtime.timestamp() > 3600
-            if path.startswith(own) or (not own_only and old):
+            if path.startswith(own) or (not own_only and old and not path.startswith(kept)):
                 try:
                     self.fs.rm_file(path)
                 except FileNotFoundError:

@@ -49,7 +49,8 @@ class FsspecStorage:
     per flush, well under GCS's ~1 write/s/object.
 
     Upload cost (:mod:`rllog._storage.objectops`): on GCS the new bytes only (a part object composed
-    onto the file server-side; re-based once per ~1,000 flushes); on S3 the new bytes
+    onto the file server-side; re-based once per ~1,000 flushes; a cut at resume starts
+    from the snapshot of the last checkpoint, :meth:`snapshot`); on S3 the new bytes
     as a segment object that readers join, folded server-side into bounded chunks and
     composed into the file's one object at close, plus the file's first 5 MiB once more
     (``S3Ops``); elsewhere the whole
@@ -262,9 +263,11 @@ class FsspecStorage:
         reader sees the old file or the new one), before returning: what is staged is
         uploaded first (a durable :meth:`flush`), then the object is cut where it lies
         (:meth:`rllog._storage.objectops.ObjectOps.cut`): on S3 server-side, nothing
-        downloaded; on GCS the prefix streamed back in 8 MiB pieces; elsewhere read and
-        written whole. Memory holds ``then`` and at most one piece. Appends by this handle
-        racing with it from other threads raise (nothing is lost).
+        downloaded; on GCS a compose of the file's snapshot (:meth:`snapshot`) and the
+        bytes after it when the snapshot is a checked prefix no longer than ``size``,
+        else the prefix streamed back in 8 MiB pieces; elsewhere read and written whole.
+        Memory holds ``then`` and at most one piece. Appends by this handle racing with
+        it from other threads raise (nothing is lost).
 
         Raises:
             FileNotFoundError: no such file.
@@ -532,7 +535,8 @@ class FsspecStorage:
         def once() -> None:
             for journal in list(self._journals):
                 if name in journal.staged:
-                    self._upload_one(journal, name)
+                    while self._upload_one(journal, name):
+                        pass  # stopped at a snapshot mark (:meth:`snapshot`): the rest goes now
                     staged = journal.staged.get(name)
                     if staged is not None and not staged.empty():
                         return  # an ordered file held back: a newer journal's appends wait too
@@ -571,17 +575,22 @@ class FsspecStorage:
         folder = self._journals[-1].spill.folder
         return f"the spill journal {folder}" if folder is not None else "memory only (no spill journal)"
 
-    def _upload_one(self, journal: _Journal, name: str) -> None:
-        """One attempt at uploading what is staged for ``name`` in ``journal``."""
+    def _upload_one(self, journal: _Journal, name: str) -> bool:
+        """One attempt at uploading what is staged for ``name`` in ``journal``. Stops at
+        a snapshot mark (:meth:`snapshot`), takes the snapshot, and returns True when
+        bytes after the mark are left to upload now (else False)."""
         with self._lock_for(name):
             with self._state:
                 staged = journal.staged.get(name)
                 if staged is None or staged.empty():
                     journal.staged.pop(name, None)
-                    return
+                    return False
                 base, full, epoch, intent = staged.base, bytes(staged.tail), staged.epoch, staged.intent
                 last = staged.last
                 tail = full
+                split = staged.marks is None and staged.snap is not None and staged.snap < len(tail)
+                if split:  # upload up to the mark, snapshot, then the rest (a lower seq bound stays)
+                    tail = full[: staged.snap]
                 if staged.marks is not None:  # ordered: only what nothing older staged elsewhere waits for
                     floor = min(
                         (
@@ -593,13 +602,15 @@ class FsspecStorage:
                         default=self._seq + 1,
                     )
                     if base is not None and staged.seq >= floor:
-                        return
+                        return False
                     tail = full[: max((n for seq, n in staged.marks if seq < floor), default=0)]
                     if base is None and not tail:
-                        return
+                        return False
             path = self._path(name)
             done = None
-            if base is not None:
+            if base is None and not tail:
+                done = 0  # only a snapshot mark is staged
+            elif base is not None:
                 self._ops.put(path, base + tail)
                 done = len(tail)
             elif intent is not None:  # an earlier attempt may have landed: look before resending
@@ -622,21 +633,69 @@ class FsspecStorage:
                 done = len(tail)
             with self._state:
                 if self._closed:  # close gave up meanwhile: the journal (intent) tells the next writer
-                    return
-                if staged.epoch == epoch:  # not rewritten or removed meanwhile
-                    staged.base = None
-                    del staged.tail[:done]
-                    staged.intent = None
-                    empty = not staged.tail
-                    if staged.marks is not None:
-                        staged.marks = [(seq, n - done) for seq, n in staged.marks if n > done]
-                        staged.seq = staged.marks[0][0] if staged.marks else staged.last + 1
-                    elif not empty:  # what is left was appended after this upload began
-                        staged.seq = last + 1
-                    n, base_done = done, base is not None
+                    return False
+                if staged.epoch != epoch:  # rewritten or removed meanwhile
+                    return False
+                staged.base = None
+                del staged.tail[:done]
+                staged.intent = None
+                empty = not staged.tail
+                if staged.marks is not None:
+                    staged.marks = [(seq, n - done) for seq, n in staged.marks if n > done]
+                    staged.seq = staged.marks[0][0] if staged.marks else staged.last + 1
+                elif not empty and not split:  # what is left was appended after this upload began
+                    staged.seq = last + 1
+                n, base_done = done, base is not None
+                if done or base_done:
                     self._spill(journal, lambda spill: spill.committed(name, n, base_done, empty))
-                    if empty and journal.staged.get(name) is staged:
-                        del journal.staged[name]
+                snap = staged.snap
+                if snap is not None:
+                    snap = staged.snap = snap - done  # uploads never pass the mark
+                if empty and snap is None and journal.staged.get(name) is staged:
+                    del journal.staged[name]
+            if snap is None:
+                return False
+            if snap > 0:
+                return True  # an earlier attempt's bytes landed short of the mark: on to it now
+            self._take_snapshot(name, path)
+            with self._state:
+                if staged.snap == 0:
+                    staged.snap = None
+                if staged.empty() and journal.staged.get(name) is staged:
+                    del journal.staged[name]
+                return not staged.empty() and staged.epoch == epoch and not self._closed
+
+    def snapshot(self, name: str) -> None:
+        """Ask for a server-side copy of ``name`` as it stands once what is staged for it
+        now is uploaded (:meth:`rllog._storage.objectops.ObjectOps.snapshot`), so that a
+        later :meth:`cut` of it to at least that size sends only the bytes after it. The
+        upload thread stops at that point, takes the copy (one request, nothing
+        uploaded), then uploads the rest. Only on GCS (elsewhere it does nothing); returns
+        at once. Best effort: a failed copy warns once and changes nothing else (a cut
+        then sends the whole prefix, as without it). Not kept in the spill journal; not
+        for :data:`ORDERED_FILES` (nothing is done)."""
+        self._check(name)
+        if not self._ops.snapshots or name in ORDERED_FILES:
+            return
+        with self._state:
+            journal = self._journals[-1]
+            staged = journal.staged.get(name)
+            if staged is None:  # everything uploaded: copy the object as it is
+                self._seq += 1
+                staged = journal.staged[name] = _Staged(self._seq, None, b"", None)
+            staged.snap = len(staged.tail)
+
+    def _take_snapshot(self, name: str, path: str) -> None:
+        """(upload thread, under the file's lock) :meth:`snapshot`'s copy; warns once on failure."""
+        try:
+            self._ops.snapshot(path)
+        except Exception as exc:
+            self._warn_once(
+                "snapshot",
+                f"rllog: could not keep a server-side copy of {self.url}/{name} at a checkpoint "
+                f"({type(exc).__name__}: {exc}); the rows are safe, but a resume from that checkpoint "
+                "uploads the rows before it once more",
+            )
 
     def flush(self, durable: bool = False, timeout: float | None = None) -> None:
         """Upload everything staged before this call and wait for it: a barrier (bytes
@@ -756,7 +815,7 @@ class _Staged:
     remote file, then ``tail``. ``seq`` orders files for upload; ``epoch`` changes when
     the file is rewritten or removed; ``intent`` is an upload in flight."""
 
-    __slots__ = ("seq", "last", "base", "tail", "intent", "epoch", "marks")
+    __slots__ = ("seq", "last", "base", "tail", "intent", "epoch", "marks", "snap")
 
     def __init__(self, seq: int, base: bytes | None, tail: bytes, intent: tuple[int, int] | None) -> None:
         self.seq = seq  # no staged byte of this file is older than this (a lower bound)
@@ -768,9 +827,11 @@ class _Staged:
         #: ordered files (:data:`ORDERED_FILES`) only: (seq, tail length after it) per
         #: append, so an upload sends only the appends with nothing older staged elsewhere
         self.marks: list[tuple[int, int]] | None = None
+        #: bytes of ``tail`` after which a snapshot of the object is wanted (:meth:`FsspecStorage.snapshot`)
+        self.snap: int | None = None
 
     def empty(self) -> bool:
-        return self.base is None and not self.tail
+        return self.base is None and not self.tail and self.snap is None
 
 
 class _Journal:

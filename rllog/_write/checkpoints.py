@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rllog._format.codec import encode_json
-from rllog._format.layout import CHECKPOINTS_FILE
+from rllog._format.layout import CHECKPOINTS_FILE, METRICS_FILE
 from rllog._format.records import parse_checkpoints
 from rllog._format.redact import redact_tree
 from rllog._write.metrics import MetricsWriter
@@ -259,9 +259,18 @@ class CheckpointCommitter:
     def _stage(self, upto: int) -> None:
         """(under the lock, object stores) Stage the records numbered up to ``upto`` right
         after the rows and files logged before them; the storage uploads checkpoints.jsonl
-        only after everything staged before it."""
+        only after everything staged before it. The storage is also asked to keep a
+        server-side copy of metrics.jsonl as it stands at the records (where it has
+        ``snapshot``: GCS; no request here, and a failed copy never holds a record back),
+        so a resume from them cuts the file without sending its rows again."""
         if self.pending and self.pending[0][0] <= upto:
             self._drain()
+            snapshot = getattr(self._storage, "snapshot", None)
+            if snapshot is not None:
+                try:
+                    snapshot(METRICS_FILE)
+                except (OSError, ValueError):
+                    pass  # best effort: the record goes on without it
             self._append(upto)
 
     def _append(self, upto: int) -> None:

@@ -94,6 +94,12 @@ class RankStorage:
     def truncate(self, name: str, size: int) -> None:
         self.inner.truncate(self._name(name), size)
 
+    def snapshot(self, name: str) -> None:
+        """The inner storage's ``snapshot`` of this rank's file (nothing where it has none)."""
+        snapshot = getattr(self.inner, "snapshot", None)
+        if snapshot is not None:
+            snapshot(self._name(name))
+
     def exists(self, name: str) -> bool:
         return self.inner.exists(self._name(name))
 
